@@ -1,0 +1,207 @@
+"""Immutable requirement values and their algebra (``&``, ``|``, ``*``).
+
+``HostRequirement`` is one alternative (what one host must offer); ``RequirementUnion`` is an
+ordered list of alternatives, most preferred first. Combining never mutates an operand.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import attrs
+
+from ..errors import RequirementSyntaxError
+from ..units import UnitError, format_duration, format_size, parse_duration, parse_size
+
+
+@attrs.frozen
+class CPURequest:
+    """CPU side of one alternative: memory in bytes (0 = unspecified) and cores."""
+
+    memory: int = 0
+    cores: int = 1
+
+    def __str__(self) -> str:
+        args = []
+        if self.memory:
+            args.append(f"mem={_size_text(self.memory)}")
+        if self.cores != 1:
+            args.append(f"cores={self.cores}")
+        return f"cpu({', '.join(args)})"
+
+
+@attrs.frozen
+class GPURequest:
+    """One GPU: memory in bytes, 0 meaning any GPU."""
+
+    memory: int = 0
+
+    def __str__(self) -> str:
+        return f"cuda(mem={_size_text(self.memory)})" if self.memory else "cuda()"
+
+
+def _size_text(nbytes: int) -> str:
+    return format_size(nbytes).replace(" ", "")
+
+
+@attrs.frozen
+class HostRequirement:
+    """One alternative: duration (seconds, 0 = unspecified), CPU request, GPU requests."""
+
+    duration: int = 0
+    cpu: CPURequest = CPURequest()
+    cuda_gpus: tuple[GPURequest, ...] = attrs.field(default=(), converter=tuple)
+
+    @property
+    def requirements(self) -> tuple[HostRequirement, ...]:
+        """The alternatives, for code that treats every requirement as a union."""
+        return (self,)
+
+    def as_union(self) -> RequirementUnion:
+        return RequirementUnion((self,))
+
+    def __and__(self, other: object) -> Requirement:
+        if isinstance(other, RequirementUnion):
+            return RequirementUnion(tuple(self & alt for alt in other.requirements))
+        if not isinstance(other, HostRequirement):
+            return NotImplemented
+        return HostRequirement(
+            duration=max(self.duration, other.duration),
+            cpu=CPURequest(
+                memory=max(self.cpu.memory, other.cpu.memory),
+                cores=max(self.cpu.cores, other.cpu.cores),
+            ),
+            cuda_gpus=self.cuda_gpus + other.cuda_gpus,
+        )
+
+    def __or__(self, other: object) -> RequirementUnion:
+        if isinstance(other, (HostRequirement, RequirementUnion)):
+            return RequirementUnion(self.requirements + other.requirements)
+        return NotImplemented
+
+    def __mul__(self, count: object) -> HostRequirement:
+        if isinstance(count, bool) or not isinstance(count, int):
+            return NotImplemented
+        if count < 1:
+            raise RequirementSyntaxError(f"*{count}: the GPU count must be at least 1", f"*{count}", 1, 2)
+        return attrs.evolve(self, cuda_gpus=self.cuda_gpus * count)
+
+    __rmul__ = __mul__
+
+    def __str__(self) -> str:
+        parts = []
+        if self.duration:
+            parts.append(f"duration={format_duration(self.duration)}")
+        if self.cpu != CPURequest():
+            parts.append(str(self.cpu))
+        # group identical consecutive GPUs as cuda(...)*N
+        i = 0
+        gpus = self.cuda_gpus
+        while i < len(gpus):
+            j = i
+            while j < len(gpus) and gpus[j] == gpus[i]:
+                j += 1
+            n = j - i
+            parts.append(str(gpus[i]) + (f"*{n}" if n > 1 else ""))
+            i = j
+        return " & ".join(parts) if parts else "cpu()"
+
+
+@attrs.frozen
+class RequirementUnion:
+    """Alternatives in order of preference; ``a | b | c`` is flat."""
+
+    requirements: tuple[HostRequirement, ...] = attrs.field(converter=tuple)
+
+    def as_union(self) -> RequirementUnion:
+        return self
+
+    def __or__(self, other: object) -> RequirementUnion:
+        if isinstance(other, (HostRequirement, RequirementUnion)):
+            return RequirementUnion(self.requirements + other.requirements)
+        return NotImplemented
+
+    def __and__(self, other: object) -> RequirementUnion:
+        if isinstance(other, HostRequirement):
+            return RequirementUnion(tuple(alt & other for alt in self.requirements))  # type: ignore[misc]
+        if isinstance(other, RequirementUnion):
+            out: list[HostRequirement] = []
+            for a in self.requirements:
+                for b in other.requirements:
+                    r = a & b
+                    assert isinstance(r, HostRequirement)
+                    out.append(r)
+            return RequirementUnion(tuple(out))
+        return NotImplemented
+
+    def __rand__(self, other: object) -> RequirementUnion:
+        if isinstance(other, HostRequirement):
+            return RequirementUnion(tuple(other & alt for alt in self.requirements))  # type: ignore[misc]
+        return NotImplemented
+
+    def __mul__(self, count: object) -> RequirementUnion:
+        if isinstance(count, bool) or not isinstance(count, int):
+            return NotImplemented
+        return RequirementUnion(tuple(alt * count for alt in self.requirements))
+
+    __rmul__ = __mul__
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.requirements)
+
+    def __len__(self) -> int:
+        return len(self.requirements)
+
+    def __str__(self) -> str:
+        return " | ".join(str(r) for r in self.requirements)
+
+
+Requirement = Union[HostRequirement, RequirementUnion]
+
+
+def _size_arg(value: str | int | None, what: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise RequirementSyntaxError(f"{what}: {value!r} is not a size", str(value), 1, 1)
+    if isinstance(value, int):
+        if value < 0:
+            raise RequirementSyntaxError(f"{what}: a size cannot be negative", str(value), 1, 1)
+        return value
+    try:
+        return parse_size(value)
+    except UnitError as e:
+        raise RequirementSyntaxError(f"{what}: {e}", str(value), 1, 1) from None
+
+
+def cpu(mem: str | int | None = None, cores: int = 1) -> HostRequirement:
+    """A CPU request: ``mem`` a size such as ``"400M"`` (or bytes), ``cores`` at least 1."""
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise RequirementSyntaxError(f"cpu(cores={cores!r}): cores must be an integer >= 1", f"cores={cores}", 1, 7)
+    return HostRequirement(cpu=CPURequest(memory=_size_arg(mem, "cpu(mem=...)"), cores=cores))
+
+
+def cuda_gpu(mem: str | int | None = None) -> HostRequirement:
+    """One CUDA GPU with at least ``mem`` of memory (any GPU when ``None``)."""
+    return HostRequirement(cuda_gpus=(GPURequest(memory=_size_arg(mem, "cuda(mem=...)")),))
+
+
+def duration(spec: str | int | float) -> HostRequirement:
+    """A duration: a string such as ``"4 days"`` or a number of seconds."""
+    if isinstance(spec, bool):
+        raise RequirementSyntaxError("duration: not a duration", str(spec), 1, 1)
+    if isinstance(spec, (int, float)):
+        if spec < 0:
+            raise RequirementSyntaxError("duration: cannot be negative", str(spec), 1, 1)
+        import math
+
+        return HostRequirement(duration=math.ceil(spec))
+    try:
+        return HostRequirement(duration=parse_duration(spec))
+    except UnitError as e:
+        raise RequirementSyntaxError(f"duration: {e}", str(spec), 1, 1) from None
+
+
+def as_union(req: Requirement) -> RequirementUnion:
+    """Any requirement as a union of alternatives."""
+    return req.as_union()
