@@ -1,0 +1,7 @@
+"""``python -m launchers`` runs the command-line interface."""
+
+import sys
+
+from .cli.main import main
+
+sys.exit(main())
