@@ -86,6 +86,8 @@ def parse_duration(text: str | int | float) -> int:
         raise UnitError(f"{text} has no unit; a duration needs a unit ({text}s, {text}m, {text}h...)")
     m = _DURATION_RE.match(str(text))
     if not m:
+        if _COMPOUND_DURATION_RE.match(str(text)):
+            return _compound_duration(str(text))
         raise UnitError(f"{text!r} is not a duration; write a number and a unit such as 4h or 2 days")
     number, unit = m.groups()
     if not unit:
@@ -93,6 +95,27 @@ def parse_duration(text: str | int | float) -> int:
             f"{text.strip()!r} has no unit; a duration needs a unit ({number}s, {number}m, {number}h...)"
         )
     return duration_from(number, unit)
+
+
+_COMPOUND_DURATION_RE = re.compile(rf"^\s*(?:{_NUMBER}\s*[A-Za-z]+\s*){{2,}}$")
+_DURATION_PART_RE = re.compile(rf"{_NUMBER}\s*([A-Za-z]+)")
+
+
+def _compound_duration(text: str) -> int:
+    """Seconds for ``1h30m`` or ``1d 2h`` (the form ``format_duration`` writes): units decreasing."""
+    total = Fraction(0)
+    previous = 0
+    for number, unit in _DURATION_PART_RE.findall(text):
+        factor = DURATION_UNITS.get(unit.lower())
+        if factor is None:
+            raise UnitError(
+                f"unknown duration unit {unit!r}; use s, m/min, h/hour(s), d/day(s) or w/week(s)"
+            )
+        if previous and factor >= previous:
+            raise UnitError(f"{text.strip()!r}: in a duration of several parts, units must decrease (1h30m)")
+        previous = factor
+        total += Fraction(number) * factor
+    return math.ceil(total)
 
 
 def mib_ceil(nbytes: int) -> int:

@@ -6,12 +6,12 @@ ordered list of alternatives, most preferred first. Combining never mutates an o
 
 from __future__ import annotations
 
-from typing import Union
+from collections.abc import Iterable
 
 import attrs
 
 from ..errors import RequirementSyntaxError
-from ..units import UnitError, format_duration, format_size, parse_duration, parse_size
+from ..units import UnitError, format_duration, parse_duration, parse_size
 
 
 @attrs.frozen
@@ -41,7 +41,24 @@ class GPURequest:
 
 
 def _size_text(nbytes: int) -> str:
-    return format_size(nbytes).replace(" ", "")
+    """Shortest size text that parses back to exactly ``nbytes`` (``24GiB``, ``1.3GiB``, ``12345B``)."""
+    for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if nbytes >= factor:
+            for digits in range(4):
+                scale = 10**digits
+                whole = nbytes * scale // factor  # the decimal d = whole / scale <= nbytes / factor
+                if whole * factor > (nbytes - 1) * scale:  # ceil(d * factor) == nbytes
+                    text = f"{whole // scale}.{whole % scale:0{digits}d}" if digits else str(whole)
+                    return text + unit
+            break
+    for unit, factor in (("TB", 1000**4), ("GB", 1000**3), ("MB", 1000**2), ("KB", 1000)):
+        if nbytes >= factor and nbytes % factor == 0:
+            return f"{nbytes // factor}{unit}"
+    return f"{nbytes}B"
+
+
+def _gpu_tuple(gpus: Iterable[GPURequest]) -> tuple[GPURequest, ...]:
+    return tuple(gpus)
 
 
 @attrs.frozen
@@ -50,7 +67,7 @@ class HostRequirement:
 
     duration: int = 0
     cpu: CPURequest = CPURequest()
-    cuda_gpus: tuple[GPURequest, ...] = attrs.field(default=(), converter=tuple)
+    cuda_gpus: tuple[GPURequest, ...] = attrs.field(default=(), converter=_gpu_tuple)
 
     @property
     def requirements(self) -> tuple[HostRequirement, ...]:
@@ -62,7 +79,7 @@ class HostRequirement:
 
     def __and__(self, other: object) -> Requirement:
         if isinstance(other, RequirementUnion):
-            return RequirementUnion(tuple(self & alt for alt in other.requirements))
+            return RequirementUnion(tuple(self & alt for alt in other.requirements))  # type: ignore[misc]
         if not isinstance(other, HostRequirement):
             return NotImplemented
         return HostRequirement(
@@ -107,11 +124,15 @@ class HostRequirement:
         return " & ".join(parts) if parts else "cpu()"
 
 
+def _alternative_tuple(alternatives: Iterable[HostRequirement]) -> tuple[HostRequirement, ...]:
+    return tuple(alternatives)
+
+
 @attrs.frozen
 class RequirementUnion:
     """Alternatives in order of preference; ``a | b | c`` is flat."""
 
-    requirements: tuple[HostRequirement, ...] = attrs.field(converter=tuple)
+    requirements: tuple[HostRequirement, ...] = attrs.field(converter=_alternative_tuple)
 
     def as_union(self) -> RequirementUnion:
         return self
@@ -156,7 +177,7 @@ class RequirementUnion:
         return " | ".join(str(r) for r in self.requirements)
 
 
-Requirement = Union[HostRequirement, RequirementUnion]
+Requirement = HostRequirement | RequirementUnion
 
 
 def _size_arg(value: str | int | None, what: str) -> int:

@@ -1,0 +1,64 @@
+"""``launchers slurm convert [--no-hosts]``: ``scontrol show nodes`` on stdin -> launchers.yaml on stdout."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..errors import LaunchersError
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``slurm`` command group and its ``convert`` subcommand."""
+    parser = subparsers.add_parser("slurm", help="Slurm helpers (convert scontrol output)")
+    sub = parser.add_subparsers(dest="slurm_command", metavar="SUBCOMMAND")
+    convert = sub.add_parser(
+        "convert",
+        help="read `scontrol show nodes` on stdin, write a launchers.yaml on stdout",
+        description=(
+            "Read the output of `scontrol show nodes` on stdin and write a launchers.yaml "
+            "with one slurm group on stdout: partitions from each node's Partitions=, node "
+            "groups of nodes sharing features, CPUTot, RealMemory and GPU count."
+        ),
+    )
+    convert.add_argument(
+        "--no-hosts",
+        action="store_true",
+        help="leave the host lists empty and write use_hosts: false",
+    )
+    convert.add_argument(
+        "--id",
+        dest="group_id",
+        default=None,
+        help="group id (default: the cluster named in the text, else 'slurm')",
+    )
+    convert.set_defaults(func=run_convert)
+    parser.set_defaults(func=lambda args: _usage(parser))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _read_stdin() -> str:
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LaunchersError(
+            f"<stdin>: not UTF-8 text (byte {e.start}); expected the output of `scontrol show nodes`"
+        ) from None
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    """Convert stdin to stdout; warnings (such as nodes in no partition) go to stderr."""
+    from ..slurm.convert import convert_text
+
+    result = convert_text(_read_stdin(), no_hosts=args.no_hosts, group_id=args.group_id)
+    for warning in result.warnings:
+        print(f"launchers: warning: {warning}", file=sys.stderr)
+    sys.stdout.write(result.text)
+    sys.stdout.flush()
+    return 0

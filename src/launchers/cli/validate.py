@@ -1,0 +1,94 @@
+"""``launchers validate [PATH]``: load a configuration, check all of it, print a summary.
+
+Exit 0 when it loads, 2 (through the dispatcher) with every problem on stderr otherwise. A
+Compute Backend Config (top-level ``Resources``, ``UnicoreApiUrl`` or ``Firecrest``) is handed
+to ``launchers.remote.backend_config.load_backend_config``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from typing import Any
+
+from launchers.config.loader import (
+    ENV_VAR,
+    default_search_path,
+    find_config_file,
+    load_config,
+    summary,
+)
+from launchers.config.located import load_located
+from launchers.errors import ConfigurationError
+
+BACKEND_KEYS = ("Resources", "UnicoreApiUrl", "Firecrest")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``validate`` command."""
+    p = subparsers.add_parser(
+        "validate",
+        help="check a launchers.yaml (or a Compute Backend Config)",
+        description=(
+            "Load and check a configuration. Without PATH, the file find_launcher would use "
+            f"(${ENV_VAR}, then ~/.config/launchers/launchers.yaml, then "
+            "~/.config/experimaestro/launchers.yaml)."
+        ),
+    )
+    p.add_argument(
+        "path",
+        nargs="?",
+        help="a launchers.yaml, a directory holding one, or a Compute Backend Config",
+    )
+    p.set_defaults(func=run)
+
+
+def is_backend_config(path: Path) -> bool:
+    """True when ``path`` holds a Compute Backend Config rather than a launchers.yaml."""
+    if path.is_dir():
+        return False
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    try:
+        doc = load_located(text, str(path))
+    except ConfigurationError:
+        return path.suffix == ".json"
+    return isinstance(doc, dict) and any(k in doc for k in BACKEND_KEYS)
+
+
+def _validate_backend(path: Path) -> int:
+    try:
+        module = importlib.import_module("launchers.remote.backend_config")
+    except ModuleNotFoundError as e:
+        if e.name not in ("launchers.remote.backend_config", "launchers.remote"):
+            raise
+        raise ConfigurationError(
+            "this is a Compute Backend Config, but this installation cannot read those "
+            "(launchers.remote.backend_config is missing)",
+            file=str(path),
+        )
+    module.load_backend_config(path)
+    print(f"{path}: OK (Compute Backend Config)")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate ``args.path`` (or the configuration on the search path)."""
+    if args.path is not None:
+        path = Path(args.path).expanduser()
+        if path.is_file() and is_backend_config(path):
+            return _validate_backend(path)
+    found = find_config_file(args.path)
+    if found is None:
+        searched = ", ".join(str(p) for p in default_search_path())
+        print(
+            f"no configuration found (${ENV_VAR} unset; searched {searched}): "
+            "find_launcher uses the implicit local launcher describing this machine"
+        )
+        return 0
+    config = load_config(found)
+    print(f"{found}: OK: {summary(config)}")
+    return 0

@@ -1,0 +1,536 @@
+"""Check one located YAML mapping against a key table (``config/keys.py``) and convert it.
+
+Every problem is collected with its file, line, column and key path instead of stopping at the
+first one, so ``launchers validate`` lists them all. Pure: works on values from
+``config/located.py``; no I/O.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import re
+from collections.abc import Callable
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+import attrs
+
+from launchers.config.keys import (
+    ALIASES,
+    FORBIDDEN,
+    KINDS,
+    OWNED_SBATCH_OPTIONS,
+    REGEX_GROUPS,
+    SBATCH_OPTIONS,
+    SECTIONS,
+    Key,
+)
+from launchers.config.located import LDict, LList
+from launchers.config.model import Position
+from launchers.errors import ConfigurationError, LaunchersError
+from launchers.units import UnitError, parse_duration, parse_size
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class Bad:
+    """Marker for a value that had a problem (already reported)."""
+
+
+BAD = Bad()
+
+
+def describe(value: Any) -> str:
+    """A short description of a YAML value's type, for messages."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"a boolean ({'true' if value else 'false'})"
+    if isinstance(value, int):
+        return f"an integer ({value})"
+    if isinstance(value, float):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        short = value if len(value) <= 40 else value[:37] + "..."
+        return f"a string ({short!r})"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"a {type(value).__name__}"
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    """``"; did you mean 'x'?"`` when a choice is close to ``word``, else ``""``."""
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def join(path: str, key: Any) -> str:
+    """Key path of ``key`` below ``path`` (``slurm[0].partitions``)."""
+    return f"{path}.{key}" if path else str(key)
+
+
+_NO_KEY = object()
+
+
+class Loc:
+    """Where a value was read, turned into a ``Position`` only when needed (cheap to make)."""
+
+    __slots__ = ("index", "key", "path", "src")
+
+    def __init__(self, src: Any, path: str, key: Any = _NO_KEY, index: int | None = None) -> None:
+        self.src = src
+        self.path = path
+        self.key = key
+        self.index = index
+
+    @property
+    def position(self) -> Position:
+        src = self.src
+        if isinstance(src, Position):
+            pos = src
+        elif self.key is not _NO_KEY and isinstance(src, LDict):
+            pos = src.value_position(self.key)
+        elif self.index is not None and isinstance(src, LList):
+            pos = src.item_position(self.index)
+        else:
+            p = getattr(src, "position", None)
+            pos = p if isinstance(p, Position) else Position()
+        return Position(file=pos.file, line=pos.line, column=pos.column, key=self.path)
+
+
+@attrs.define
+class Sec:
+    """The converted keys of one mapping, with where they were read."""
+
+    path: str
+    loc: Loc
+    values: dict[str, Any] = attrs.field(factory=dict)
+    locs: dict[str, Loc] = attrs.field(factory=dict)
+    items: dict[str, LList] = attrs.field(factory=dict)
+
+    @property
+    def pos(self) -> Position:
+        """Where the mapping starts, with its key path."""
+        return self.loc.position
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.values
+
+    def at(self, key: str) -> Position:
+        """Where the value of ``key`` was written (the mapping's position if absent)."""
+        loc = self.locs.get(key)
+        return loc.position if loc is not None else self.pos
+
+    def item_at(self, key: str, index: int) -> Position:
+        """Where item ``index`` of the list under ``key`` was written."""
+        items = self.items.get(key)
+        if items is not None and 0 <= index < len(items):
+            return attrs.evolve(items.item_position(index), key=f"{join(self.path, key)}[{index}]")
+        return self.at(key)
+
+
+class Reader:
+    """Collects problems while converting a located document, section by section."""
+
+    def __init__(self, file: str | None) -> None:
+        self.file = file
+        self.problems: list[ConfigurationError] = []
+
+    # -- problems -------------------------------------------------------------------------
+    def problem(self, where: Loc | Position, key: str, message: str) -> Bad:
+        pos = where.position if isinstance(where, Loc) else where
+        self.problems.append(
+            ConfigurationError(
+                message,
+                file=pos.file if pos.file is not None else self.file,
+                line=pos.line,
+                column=pos.column,
+                key=key or None,
+            )
+        )
+        return BAD
+
+    def raise_if_any(self) -> None:
+        """Raise one ``ConfigurationError`` listing every problem, in file order."""
+        if not self.problems:
+            return
+        errs = sorted(self.problems, key=lambda e: (str(e.file or ""), e.line or 0, e.column or 0))
+        if len(errs) == 1:
+            raise errs[0]
+        first = errs[0]
+        raise ConfigurationError(
+            first.reason,
+            file=first.file,
+            line=first.line,
+            column=first.column,
+            key=first.key,
+            problems=[str(e) for e in errs],
+        )
+
+    # -- sections -------------------------------------------------------------------------
+    def section(self, value: Any, name: str, path: str, loc: Loc) -> Sec | Bad:
+        """Check the mapping ``value`` against ``SECTIONS[name]`` and convert its values."""
+        table = SECTIONS[name]
+        sec = Sec(path=path, loc=loc)
+        if value is None:
+            return sec
+        if not isinstance(value, dict):
+            return self.problem(loc, path, f"expected a mapping, found {describe(value)}")
+        aliases = ALIASES.get(name, {})
+        forbidden = FORBIDDEN.get(name, {})
+        seen: dict[str, str] = {}
+        suggested: set[str] = set()  # a misspelled key already reported stands for these
+        located = isinstance(value, LDict)
+        for raw_key, raw in value.items():
+            if not isinstance(raw_key, str):
+                kpos = _key_position(value, raw_key, loc)
+                self.problem(kpos, path, f"a key must be a name, found {describe(raw_key)}")
+                continue
+            kpath = f"{path}.{raw_key}" if path else raw_key
+            if raw_key in forbidden or raw_key in aliases or raw_key not in table:
+                kpos = _key_position(value, raw_key, loc)
+                if raw_key in forbidden:
+                    self.problem(kpos, kpath, forbidden[raw_key])
+                    continue
+                key = aliases.get(raw_key, raw_key)
+                if key not in table:
+                    what = f"unknown key {raw_key!r}"
+                    if name == "top":
+                        what = (
+                            f"unknown top-level key {raw_key!r} (launcher kinds: local, slurm, "
+                            "unicore, firecrest; also connectors, tokens)"
+                        )
+                    hint = did_you_mean(raw_key, list(table))
+                    if hint:
+                        suggested.add(hint.split("'")[1])
+                    self.problem(kpos, kpath, f"{what}{hint}")
+                    continue
+                if key in seen:
+                    self.problem(
+                        kpos, kpath, f"{raw_key!r} and {seen[key]!r} are the same key; keep one"
+                    )
+                    continue
+                kpath = f"{path}.{key}" if path else key
+            else:
+                key = raw_key
+                if key in seen:  # an alias came first
+                    kpos = _key_position(value, raw_key, loc)
+                    self.problem(
+                        kpos, kpath, f"{raw_key!r} and {seen[key]!r} are the same key; keep one"
+                    )
+                    continue
+            seen[key] = raw_key
+            vloc = Loc(value if located else loc.position, kpath, key=raw_key)
+            sec.locs[key] = vloc
+            spec = table[key]
+            if raw is None and spec.kind not in _NULL_OK:
+                if spec.required:
+                    self.problem(vloc, kpath, f"{key!r} needs a value")
+                continue
+            converted = getattr(self, _METHODS[spec.kind])(spec, raw, kpath, vloc)
+            if converted is not BAD:
+                sec.values[key] = converted
+                if raw.__class__ is LList:
+                    sec.items[key] = raw
+        for key, spec in table.items():
+            if spec.required and key not in seen and key not in suggested:
+                self.problem(loc, path, f"missing required key {key!r}")
+        return sec
+
+    # -- values ---------------------------------------------------------------------------
+    def value(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        """Convert one value according to its key's kind (``BAD`` after a problem)."""
+        return getattr(self, _METHODS[spec.kind])(spec, raw, path, loc)
+
+    def _v_int(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        if raw.__class__ is not int:
+            if isinstance(raw, int) and not isinstance(raw, bool):
+                return int(raw)
+            hint = ""
+            if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+                hint = f"; write {raw.strip()} without quotes"
+            return self.problem(loc, path, f"expected an integer, found {describe(raw)}{hint}")
+        if spec.minimum is not None and raw < spec.minimum:
+            return self.problem(loc, path, f"must be at least {spec.minimum}, found {raw}")
+        return raw
+
+    def _v_bool(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        if not isinstance(raw, bool):
+            return self.problem(loc, path, f"expected true or false, found {describe(raw)}")
+        return raw
+
+    def _v_str(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        if isinstance(raw, str):
+            return raw
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return str(raw)
+        return self.problem(loc, path, f"expected a string, found {describe(raw)}")
+
+    def _v_size(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        if isinstance(raw, float):
+            return self.problem(loc, path, f"{raw} has no unit; write a size such as {raw}G")
+        if not isinstance(raw, (str, int)):
+            return self.problem(loc, path, f"expected a size such as 16G, found {describe(raw)}")
+        try:
+            return _size(raw)
+        except UnitError as e:
+            return self.problem(loc, path, str(e))
+
+    def _v_duration(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        if not isinstance(raw, (str, int, float)):
+            return self.problem(loc, path, f"expected a duration such as 4h, found {describe(raw)}")
+        try:
+            return _duration(raw)
+        except UnitError as e:
+            return self.problem(loc, path, str(e))
+
+    def _v_ratio(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        bad = f"expected a number between 0 and 1, found {describe(raw)}"
+        if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+            return self.problem(loc, path, bad)
+        try:
+            ratio = Fraction(str(raw).strip())
+        except (ValueError, ZeroDivisionError):
+            return self.problem(loc, path, bad)
+        if not 0 <= ratio <= 1:
+            return self.problem(loc, path, f"must be between 0 and 1, found {raw}")
+        return ratio
+
+    def _strings(self, raw: Any, path: str, loc: Loc) -> tuple[str, ...] | Bad:
+        if isinstance(raw, str):
+            return self.problem(loc, path, f"expected a list of strings; write [{raw}]")
+        if not isinstance(raw, list):
+            return self.problem(loc, path, f"expected a list of strings, found {describe(raw)}")
+        if getattr(raw, "all_str", False):
+            return tuple(raw)
+        out: list[str] = []
+        for i, item in enumerate(raw):
+            if isinstance(item, str):
+                out.append(item)
+            elif isinstance(item, int) and not isinstance(item, bool):
+                out.append(str(item))
+            else:
+                ipath = f"{path}[{i}]"
+                self.problem(
+                    Loc(raw, ipath, index=i), ipath, f"expected a string, found {describe(item)}"
+                )
+        return tuple(out) if len(out) == len(raw) else BAD
+
+    def _v_strings(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        return self._strings(raw, path, loc)
+
+    def _v_paths(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        if isinstance(raw, str):
+            return (raw,)
+        return self._strings(raw, path, loc)
+
+    def _v_regexes(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        items = self._strings(raw, path, loc)
+        if isinstance(items, Bad):
+            return BAD
+        out: list[re.Pattern[str]] = []
+        for i, text in enumerate(items):
+            ipath = f"{path}[{i}]"
+            iloc = Loc(raw, ipath, index=i)
+            try:
+                rx = re.compile(text)
+            except re.error as e:
+                self.problem(iloc, ipath, f"invalid regular expression {text!r}: {e}")
+                continue
+            extra = [g for g in rx.groupindex if g not in REGEX_GROUPS]
+            if extra:
+                self.problem(
+                    iloc,
+                    ipath,
+                    f"unknown named group {extra[0]!r} (allowed: {', '.join(REGEX_GROUPS)})"
+                    f"{did_you_mean(extra[0], REGEX_GROUPS)}",
+                )
+                continue
+            out.append(rx)
+        return tuple(out) if len(out) == len(items) else BAD
+
+    def _v_enum(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        if isinstance(raw, bool) and "yes" in spec.choices:
+            return "yes" if raw else "no"  # YAML 1.1 reads yes/no as booleans
+        if isinstance(raw, str):
+            for choice in spec.choices:
+                if raw.strip().lower() == choice.lower():
+                    return choice
+        shown = repr(raw) if isinstance(raw, str) else describe(raw)
+        hint = did_you_mean(raw, spec.choices) if isinstance(raw, str) else ""
+        return self.problem(
+            loc, path, f"expected one of {', '.join(spec.choices)}, found {shown}{hint}"
+        )
+
+    def _mapping(self, raw: Any, path: str, loc: Loc, what: str) -> bool:
+        if not isinstance(raw, dict):
+            self.problem(loc, path, f"expected a mapping {what}, found {describe(raw)}")
+            return False
+        return True
+
+    def _named_items(self, raw: Any, path: str, loc: Loc) -> list[tuple[str, Any, Loc, Loc]]:
+        """(name, value, key location, value location) of a mapping keyed by names."""
+        out = []
+        located = isinstance(raw, LDict)
+        for k, v in raw.items():
+            if not isinstance(k, (str, int)) or isinstance(k, bool):
+                kpos = _key_position(raw, k, loc)
+                self.problem(kpos, path, f"a name must be a string, found {describe(k)}")
+                continue
+            kpath = join(path, k)
+            kloc = Loc(raw.key_position(k) if located else loc.position, kpath)
+            out.append((str(k), v, kloc, Loc(raw if located else loc.position, kpath, key=k)))
+        return out
+
+    def _v_tokens(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        if not self._mapping(raw, path, loc, "{NAME: COUNT}"):
+            return BAD
+        sec = Sec(path=path, loc=loc)
+        count = Key("int", "", minimum=1)
+        for name, value, _kloc, vloc in self._named_items(raw, path, loc):
+            n = self._v_int(count, value, vloc.path, vloc)
+            if n is not BAD:
+                sec.values[name] = n
+                sec.locs[name] = vloc
+        return sec
+
+    def _v_env(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        if not self._mapping(raw, path, loc, "{NAME: value}"):
+            return BAD
+        out: dict[str, str] = {}
+        for name, value, kloc, vloc in self._named_items(raw, path, loc):
+            kp = vloc.path
+            if not ENV_NAME.match(name):
+                self.problem(kloc, kp, f"{name!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
+            elif isinstance(value, bool) or value is None:
+                self.problem(
+                    vloc,
+                    kp,
+                    f"expected a string or a number, found {describe(value)}; "
+                    "quote it (YAML reads yes, no, on, off as booleans)",
+                )
+            elif isinstance(value, (str, int, float)):
+                out[name] = str(value)
+            else:
+                self.problem(vloc, kp, f"expected a string or a number, found {describe(value)}")
+        return out
+
+    def _v_sbatch(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        if not self._mapping(raw, path, loc, "{long-option: value}"):
+            return BAD
+        check = _sbatch_checker()
+        out: list[tuple[str, str | bool]] = []
+        for name, value, kloc, vloc in self._named_items(raw, path, loc):
+            kp = vloc.path
+            if isinstance(value, str) and any(c in value for c in "\n\r\0"):
+                self.problem(vloc, kp, "a value cannot contain a newline, carriage return or NUL")
+                continue
+            if check is not None:  # the Slurm runtime's own rules, so load and submit agree
+                try:
+                    out.extend(check([(name, value)], where=kp))
+                except LaunchersError as e:
+                    msg = str(e)
+                    msg = msg[len(kp) + 2 :] if msg.startswith(kp + ": ") else msg
+                    self.problem(vloc if isinstance(value, (dict, list)) else kloc, kp, msg)
+                continue
+            if name.startswith("-"):
+                self.problem(
+                    kloc, kp, f"write the long option name without dashes: {name.lstrip('-')}"
+                )
+            elif name in OWNED_SBATCH_OPTIONS:
+                self.problem(
+                    kloc, kp, f"--{name} is written by the launcher itself and cannot be set"
+                )
+            elif name not in SBATCH_OPTIONS:
+                guess = did_you_mean(name.replace("_", "-"), sorted(SBATCH_OPTIONS))
+                self.problem(kloc, kp, f"unknown sbatch option {name!r}{guess}")
+            elif value is True:
+                out.append((name, True))
+            elif value is False or value is None:
+                continue
+            elif isinstance(value, (str, int, float)):
+                out.append((name, str(value)))
+            else:
+                self.problem(
+                    vloc, kp, f"expected a string, a number or true, found {describe(value)}"
+                )
+        return tuple(out)
+
+    def _v_slots(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        if isinstance(raw, str) and raw.strip().lower() == "auto":
+            return "auto"
+        if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 1:
+            return raw
+        return self.problem(loc, path, f"expected auto or an integer >= 1, found {describe(raw)}")
+
+    def _v_section(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        return self.section(raw, spec.section, path, loc)
+
+    def _v_map(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        if raw is None:
+            return {}
+        if not self._mapping(raw, path, loc, "{name: ...}"):
+            return BAD
+        out: dict[str, Sec] = {}
+        for name, value, _kloc, vloc in self._named_items(raw, path, loc):
+            sec = self.section(value, spec.section, vloc.path, vloc)
+            if isinstance(sec, Sec):
+                out[name] = sec
+        return out
+
+    def _v_list(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        if raw is None:
+            return []
+        if not isinstance(raw, list):
+            hint = " (start each item with '- ')" if isinstance(raw, dict) else ""
+            return self.problem(loc, path, f"expected a list, found {describe(raw)}{hint}")
+        out: list[Sec] = []
+        section = spec.section
+        for i, item in enumerate(raw):
+            ipath = f"{path}[{i}]"
+            sec = self.section(item, section, ipath, Loc(raw, ipath, index=i))
+            if isinstance(sec, Sec):
+                out.append(sec)
+        return out
+
+    def _v_any(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        return raw
+
+
+def _key_position(container: Any, key: Any, loc: Loc) -> Position:
+    if isinstance(container, LDict):
+        return container.key_position(key)
+    return loc.position
+
+
+_NULL_OK = frozenset({"section", "map", "list", "any"})
+_METHODS = {kind: f"_v_{kind}" for kind in KINDS}
+
+
+def _sbatch_checker() -> Callable[..., Any] | None:
+    """``launchers.slurm.sbatch_options.check_sbatch_options`` when that module exists."""
+    try:
+        module = importlib.import_module("launchers.slurm.sbatch_options")
+    except ModuleNotFoundError as e:
+        if e.name in ("launchers.slurm.sbatch_options", "launchers.slurm"):
+            return None
+        raise
+    func = getattr(module, "check_sbatch_options", None)
+    return func if callable(func) else None
+
+
+@lru_cache(maxsize=4096)
+def _size(raw: str | int) -> int:
+    return parse_size(raw)
+
+
+@lru_cache(maxsize=4096)
+def _duration(raw: str | int | float) -> int:
+    return parse_duration(raw)

@@ -1,0 +1,238 @@
+"""Choosing inside one Slurm-like group: matching candidates, the best, merging, soundness.
+
+Pure: takes a ``GroupIndex`` and one alternative, returns a ``Selection`` (or ``None``) and,
+when asked, explanation lines. finder.md §5 and §7.
+
+Merging and soundness depend on the alternative only through which distinct hosts match, so
+their result is remembered per group index and match pattern: a search on a 10,000-node
+configuration then costs one match per distinct host.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..language.values import HostRequirement
+from .explain import Explanation
+from .hosts import Candidate, GroupIndex, Host
+from .match import Reason, problems
+
+#: A soundness step: (what, partition index, node group index); what is one of
+#: ``drop_partition``, ``drop_clauses``, ``exclude``, ``unsound``.
+Event = tuple[str, int, int, tuple[tuple[str, ...], ...]]
+
+
+@attrs.frozen(eq=False)
+class Merge:
+    """The alternative-independent part of a choice: what is merged and what soundness did."""
+
+    chosen: tuple[Candidate, ...]  # merged candidates kept after soundness, candidate order
+    partitions: tuple[str, ...]
+    clauses: tuple[tuple[str, ...], ...]
+    constraint: str | None
+    exclude: tuple[str, ...]
+    events: tuple[Event, ...]
+    hosts: tuple[Host, ...]  # what the job may land on (distinct), for batching's slots=auto
+
+
+@attrs.frozen(eq=False)
+class Selection:
+    """What a Slurm-like group offers for one alternative."""
+
+    index: GroupIndex
+    alt: HostRequirement
+    best: Candidate
+    cores: int  # --cpus-per-task
+    merge: Merge
+
+    @property
+    def chosen(self) -> tuple[Candidate, ...]:
+        return self.merge.chosen
+
+    @property
+    def partitions(self) -> tuple[str, ...]:
+        return self.merge.partitions
+
+    @property
+    def clauses(self) -> tuple[tuple[str, ...], ...]:
+        return self.merge.clauses
+
+    @property
+    def constraint(self) -> str | None:
+        return self.merge.constraint
+
+    @property
+    def exclude(self) -> tuple[str, ...]:
+        return self.merge.exclude
+
+    @property
+    def hosts(self) -> tuple[Host, ...]:
+        return self.merge.hosts
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What soundness changed, in words (formatted on demand)."""
+        return tuple(_note(self, event) for event in self.merge.events)
+
+
+def constraint_text(clauses: tuple[tuple[str, ...], ...]) -> str | None:
+    """``A&B`` for one clause, ``(A&B)|(C&D)`` for several; ``None`` if a clause is empty."""
+    if not clauses or any(not c for c in clauses):
+        return None
+    if len(clauses) == 1:
+        return "&".join(clauses[0])
+    return "|".join("(" + "&".join(c) + ")" for c in clauses)
+
+
+def _why(sel: Selection, pi: int, ni: int) -> str:
+    """Why node group ``ni`` of partition ``pi`` is not a merged match."""
+    best, cores = sel.best, sel.cores
+    cand = sel.index.by_key.get((pi, ni, best.qos_name, best.account))
+    if cand is None:
+        what = f"QoS {best.qos_name}" if best.qos is not None else "no QoS"
+        return f"{what} / account {best.account} is not offered there"
+    reasons, needed = problems(sel.alt, cand.host, first_only=False)
+    if reasons:
+        return "; ".join(str(r) for r in reasons)
+    if needed > cores:
+        return f"needs --cpus-per-task={needed} there, more than the {cores} asked"
+    return str(Reason("cores", (cand.host.cores, cores)))
+
+
+def _note(sel: Selection, event: Event) -> str:
+    what, pi, ni, sat = event
+    index = sel.index
+    ng = index.node_groups[pi][ni]
+    name = index.group.partitions[pi].name
+    feats = "&".join(ng.features) if ng.features else ",".join(ng.hosts) or "no features"
+    label = f"node group {ni} ({feats}) of partition {name}"
+    why = _why(sel, pi, ni)
+    if what == "drop_partition":
+        return f"soundness: dropped partition {name}: Slurm could place the job on {label}, which does not match ({why})"
+    if what == "drop_clauses":
+        text = ", ".join(constraint_text((k,)) or "(none)" for k in sat)
+        return f"soundness: dropped constraint clause(s) {text}: they admit {label}, which does not match ({why})"
+    if what == "exclude":
+        return f"soundness: --exclude the hosts of {label} ({','.join(ng.hosts)}), which does not match ({why})"
+    return (
+        f"soundness: WARNING: Slurm could place the job on {label}, which does not match "
+        f"({why}), and its hosts are unknown so it cannot be excluded; keeping the best candidate"
+    )
+
+
+def merge(index: GroupIndex, best: Candidate, compat: list[bool], single_partition: bool) -> Merge:
+    """Merge every compatible candidate with the best's QoS and account, then make the union
+    sound: drop partitions or clauses (never the best's), else ``--exclude``, else warn."""
+    group = index.group
+    pool = index.by_combo[(best.qos_name, best.account)]
+    if single_partition:
+        pool = tuple(c for c in pool if c.pindex == best.pindex)
+    sel = [c for c in pool if compat[c.hidx]]
+    good = {c.pn for c in sel}
+
+    can_exclude = group.use_hosts and group.kind != "unicore"
+    events: list[Event] = []
+    exclude: list[str] = []
+    handled: set[tuple[int, int]] = set()
+    pis = list(dict.fromkeys([c.pindex for c in sel]))
+    sound = sum(len(index.feature_sets[pi]) for pi in pis) == len(good)  # every node group matches
+    while not sound:
+        pis = list(dict.fromkeys([c.pindex for c in sel]))
+        clauses = list(dict.fromkeys([c.clause for c in sel]))
+        csets = [frozenset(k) for k in clauses]
+        # which clauses admit each distinct feature set (few, however many node groups)
+        admits = [[k for k, ks in zip(clauses, csets, strict=True) if ks <= f] for f in index.distinct_features]
+        bad: tuple[int, int, list[tuple[str, ...]]] | None = None
+        for pi in pis:
+            for ni, fid in enumerate(index.feature_ids[pi]):
+                if admits[fid] and (pi, ni) not in good and (pi, ni) not in handled:
+                    bad = (pi, ni, admits[fid])
+                    break
+            if bad is not None:
+                break
+        if bad is None:
+            break
+        pi, ni, sat = bad
+        ng = index.node_groups[pi][ni]
+        if pi != best.pindex and not (not group.use_features and can_exclude and ng.hosts):
+            sel = [c for c in sel if c.pindex != pi]
+            events.append(("drop_partition", pi, ni, ()))
+            continue
+        if best.clause not in sat:
+            sel = [c for c in sel if c.clause not in sat]
+            events.append(("drop_clauses", pi, ni, tuple(sat)))
+            continue
+        handled.add((pi, ni))
+        if can_exclude and ng.hosts:
+            exclude.extend(h for h in ng.hosts if h not in exclude)
+            events.append(("exclude", pi, ni, ()))
+        else:
+            events.append(("unsound", pi, ni, ()))
+
+    clauses_t = tuple(dict.fromkeys([c.clause for c in sel]))
+    return Merge(
+        chosen=tuple(sel),
+        partitions=tuple(group.partitions[pi].name for pi in dict.fromkeys([c.pindex for c in sel])),
+        clauses=clauses_t,
+        constraint=constraint_text(clauses_t) if group.use_features else None,
+        exclude=tuple(exclude),
+        events=tuple(events),
+        hosts=tuple(index.hosts[h] for h in sorted({c.hidx for c in sel})),
+    )
+
+
+_MEMO_SIZE = 256
+
+
+def _remember(memo: dict[object, object], key: object, value: object) -> None:
+    if len(memo) >= _MEMO_SIZE:
+        memo.clear()
+    memo[key] = value
+
+
+def select(
+    index: GroupIndex,
+    alt: HostRequirement,
+    explain: Explanation | None = None,
+    single_partition: bool = False,
+) -> Selection | None:
+    """The launcher choice of one group for one alternative, or ``None`` if nothing matches."""
+    first_only = explain is None
+    results = [problems(alt, host, first_only) for host in index.hosts]
+    ok = [not r[0] for r in results]
+    if explain is not None:
+        for c in index.candidates:
+            if not ok[c.hidx]:
+                explain.add(f"{c.label()}: " + "; ".join(str(r) for r in results[c.hidx][0]), 2)
+        for p in index.disabled:
+            explain.add(f"partition {p.name} is disabled", 2)
+        if not index.partitions:
+            explain.add("no enabled partition", 2)
+    best = next((c for c in index.candidates if ok[c.hidx]), None)
+    if best is None:
+        return None
+    cores = results[best.hidx][1]
+    # merged if it matches, and the best's --cpus-per-task is enough there and fits there
+    compat = [
+        ok[h] and results[h][1] <= cores and (not host.cores or cores <= host.cores)
+        for h, host in enumerate(index.hosts)
+    ]
+    key = (best.order, tuple(compat), single_partition)
+    found = index.memo.get(key)
+    if found is None:
+        found = merge(index, best, compat, single_partition)
+        _remember(index.memo, key, found)
+    return Selection(index=index, alt=alt, best=best, cores=cores, merge=found)
+
+
+def select_cached(index: GroupIndex, alt: HostRequirement, single_partition: bool = False) -> Selection | None:
+    """``select`` without explanation, remembered per group index (both are immutable)."""
+    key = (alt, single_partition)
+    memo = index.memo
+    try:
+        return memo[key]
+    except KeyError:
+        pass
+    result = select(index, alt, None, single_partition)
+    _remember(memo, key, result)
+    return result

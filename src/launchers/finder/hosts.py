@@ -1,0 +1,307 @@
+"""Hosts and candidates: what each local group or Slurm-like node group offers, precomputed.
+
+A ``Host`` is the flat, fully layered view the matcher needs. A Slurm-like group becomes a
+``GroupIndex``: every enabled partition x node group x QoS x account, in candidate order
+(finder.md §5, §7). Indexes are built once per group object (config values are immutable).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+
+from ..config.model import (
+    CPUConfig,
+    GPUConfig,
+    LocalGroup,
+    NodeGroup,
+    Partition,
+    QoS,
+    ResourceConfig,
+    SlurmGroup,
+)
+from ..errors import ConfigurationError
+from ..units import UnitError, parse_size
+
+
+@attrs.frozen
+class GPUSlot:
+    """One host GPU: memory in bytes (0 = unknown) and the smallest request it accepts."""
+
+    memory: int = 0
+    min_memory: int = 0
+
+
+@attrs.frozen
+class Host:
+    """What one host (local machine or node group under a QoS) offers; 0 means not declared."""
+
+    cores: int = 0
+    memory: int = 0
+    gpus: tuple[GPUSlot, ...] = ()
+    max_duration: int = 0
+    min_gpu: int = 0
+    priority: int = 0
+    mem_per_cpu: int = 0
+    cpu_per_gpu: int = 0
+    memory_as_cores: bool = False  # use_memory_constraint: false
+    partition_duration: int = 0  # the partition's own limit (for explanations)
+    qos_name: str | None = None
+    qos_duration: int = 0
+
+    @property
+    def uniform_gpus(self) -> bool:
+        """All GPUs alike (the common case: a node group of one model)."""
+        return len(set(self.gpus)) <= 1
+
+
+IMPLICIT_NODE_GROUP = NodeGroup()
+
+
+@attrs.frozen(eq=False)
+class Candidate:
+    """One partition x node group x QoS x account of a Slurm-like group, with its host."""
+
+    order: int
+    partition: Partition
+    pindex: int
+    node_group: NodeGroup
+    nindex: int
+    qos: QoS | None
+    qindex: int
+    account: str | None
+    aindex: int
+    host: Host
+    hidx: int  # index of ``host`` in ``GroupIndex.hosts``
+    clause: tuple[str, ...]  # features for --constraint; () = no constraint possible
+    qos_name: str | None = attrs.field(init=False)
+    pn: tuple[int, int] = attrs.field(init=False)  # (pindex, nindex)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "qos_name", self.qos.name if self.qos is not None else None)
+        object.__setattr__(self, "pn", (self.pindex, self.nindex))
+
+    def label(self) -> str:
+        """``partition gpu, nodes GPU&GPU2, QoS q, account a`` for explanations."""
+        parts = [f"partition {self.partition.name}"]
+        ng = self.node_group
+        if ng is not IMPLICIT_NODE_GROUP:
+            what = "&".join(ng.features) if ng.features else ",".join(ng.hosts) or "no features"
+            parts.append(f"node group {self.nindex} ({what})")
+        if self.qos is not None:
+            parts.append(f"QoS {self.qos.name}")
+        if self.account is not None:
+            parts.append(f"account {self.account}")
+        return ", ".join(parts)
+
+
+@attrs.frozen(eq=False)
+class GroupIndex:
+    """The precomputed candidates of one Slurm-like group, in candidate order."""
+
+    group: SlurmGroup
+    candidates: tuple[Candidate, ...]
+    partitions: tuple[Partition, ...]  # enabled partitions, file order
+    disabled: tuple[Partition, ...]
+    node_groups: dict[int, tuple[NodeGroup, ...]]  # pindex -> node groups (implicit one if none)
+    feature_sets: dict[int, tuple[frozenset[str], ...]]  # pindex -> features of each node group
+    feature_ids: dict[int, tuple[int, ...]]  # pindex -> index in ``distinct_features`` per node group
+    distinct_features: tuple[frozenset[str], ...]
+    by_key: dict[tuple[int, int, str | None, str | None], Candidate]
+    by_combo: dict[tuple[str | None, str | None], tuple[Candidate, ...]]  # (QoS, account) -> candidates
+    hosts: tuple[Host, ...]  # distinct hosts; candidates refer to them by ``hidx``
+    memo: dict[Any, Any] = attrs.field(factory=dict)  # finder.choose.select_cached
+
+
+def node_groups_of(partition: Partition) -> tuple[NodeGroup, ...]:
+    """The partition's node groups; a partition without any has one implicit, featureless group."""
+    return partition.nodes if partition.nodes else (IMPLICIT_NODE_GROUP,)
+
+
+def layered(group: SlurmGroup, partition: Partition, ng: NodeGroup) -> ResourceConfig:
+    """finder.md §7 layering: group, partition, node group, each feature, then features_regex."""
+    cfg = group.configuration.merged(partition.configuration).merged(ng.configuration)
+    for feature in ng.features:
+        extra = group.features.get(feature)
+        if extra is not None:
+            cfg = cfg.merged(extra)
+    for feature in ng.features:
+        for regex in group.features_regex:
+            m = regex.fullmatch(feature)
+            if m is None:
+                continue
+            cfg = cfg.merged(_regex_layer(m.groupdict(), feature, regex.pattern, ng))
+    return cfg
+
+
+def _regex_layer(found: dict[str, Any], feature: str, pattern: str, ng: NodeGroup) -> ResourceConfig:
+    count = found.get("cuda_count")
+    memory = found.get("cuda_memory")
+    where = f"feature {feature!r} matched by features_regex {pattern!r}"
+    gpu_count: int | None = None
+    gpu_memory: int | None = None
+    try:
+        if count is not None:
+            gpu_count = int(count)
+        if memory is not None:
+            gpu_memory = parse_size(memory)
+    except (ValueError, UnitError) as e:
+        pos = ng.position
+        raise ConfigurationError(
+            f"{where}: {e}", file=pos.file, line=pos.line, column=pos.column, key=pos.key or None
+        ) from None
+    return ResourceConfig(gpu=GPUConfig(count=gpu_count, memory=gpu_memory))
+
+
+def gpu_slots(cfg: GPUConfig) -> tuple[GPUSlot, ...]:
+    """The GPUs a layered configuration declares, with ``min_mem_ratio`` applied exactly."""
+    count = cfg.count or 0
+    memory = cfg.memory or 0
+    floor = cfg.min_memory or 0
+    if cfg.min_mem_ratio is not None and memory:
+        floor = max(floor, math.ceil(cfg.min_mem_ratio * memory))
+    return (GPUSlot(memory=memory, min_memory=floor),) * count
+
+
+def _duration_limit(partition_limit: int, qos: QoS | None) -> int:
+    if qos is None or not qos.max_duration:
+        return partition_limit
+    if qos.partition_time_limit or not partition_limit:
+        return qos.max_duration
+    return min(partition_limit, qos.max_duration)
+
+
+def slurm_host(group: SlurmGroup, partition: Partition, cfg: ResourceConfig, qos: QoS | None) -> Host:
+    """The host one candidate offers (layered configuration with the QoS applied)."""
+    cpu: CPUConfig = cfg.cpu
+    part_limit = cfg.max_duration or 0
+    return Host(
+        cores=cpu.cores or 0,
+        memory=cpu.memory or 0,
+        gpus=gpu_slots(cfg.gpu),
+        max_duration=_duration_limit(part_limit, qos),
+        min_gpu=qos.min_gpu if qos is not None else 0,
+        priority=partition.priority + (qos.priority if qos is not None else 0),
+        mem_per_cpu=cpu.mem_per_cpu or 0,
+        cpu_per_gpu=cpu.cpu_per_gpu or 0,
+        memory_as_cores=not group.use_memory_constraint,
+        partition_duration=part_limit,
+        qos_name=qos.name if qos is not None else None,
+        qos_duration=(qos.max_duration or 0) if qos is not None else 0,
+    )
+
+
+def local_host(group: LocalGroup) -> Host:
+    """The host a local group describes (no duration limit)."""
+    gpus: list[GPUSlot] = []
+    for gpu in group.gpus:
+        gpus.extend([GPUSlot(memory=gpu.memory, min_memory=gpu.min_memory or 0)] * gpu.count)
+    return Host(
+        cores=group.cpu.cores or 0,
+        memory=group.cpu.memory or 0,
+        gpus=tuple(gpus),
+        mem_per_cpu=group.cpu.mem_per_cpu or 0,
+        cpu_per_gpu=group.cpu.cpu_per_gpu or 0,
+    )
+
+
+def _qos_of(group: SlurmGroup, partition: Partition) -> Iterator[tuple[int, QoS | None]]:
+    if not partition.qos:
+        yield 0, None
+        return
+    for i, name in enumerate(partition.qos):
+        qos = group.qos.get(name)
+        if qos is None:
+            pos = partition.position
+            raise ConfigurationError(
+                f"unknown QoS {name!r} in partition {partition.name!r}",
+                file=pos.file, line=pos.line, column=pos.column, key=pos.key or None,
+            )  # fmt: skip
+        yield i, qos
+
+
+def build_index(group: SlurmGroup) -> GroupIndex:
+    """Every candidate of a Slurm-like group, sorted by priority then file order."""
+    raw: list[tuple[tuple[int, int, int, int, int], dict[str, Any]]] = []
+    hosts: dict[Host, Host] = {}  # intern equal hosts: the matcher works once per distinct host
+    host_ids: dict[int, int] = {}
+    enabled: list[Partition] = []
+    disabled: list[Partition] = []
+    node_groups: dict[int, tuple[NodeGroup, ...]] = {}
+    for pindex, partition in enumerate(group.partitions):
+        if partition.disabled:
+            disabled.append(partition)
+            continue
+        enabled.append(partition)
+        ngs = node_groups_of(partition)
+        node_groups[pindex] = ngs
+        for nindex, ng in enumerate(ngs):
+            cfg = layered(group, partition, ng)
+            clause = tuple(ng.features) if group.use_features else ()
+            for qindex, qos in _qos_of(group, partition):
+                host = slurm_host(group, partition, cfg, qos)
+                host = hosts.setdefault(host, host)
+                hidx = host_ids.setdefault(id(host), len(host_ids))
+                for aindex, account in enumerate(partition.accounts or (None,)):
+                    key = (-host.priority, pindex, nindex, qindex, aindex)
+                    raw.append((key, dict(
+                        partition=partition, pindex=pindex, node_group=ng, nindex=nindex,
+                        qos=qos, qindex=qindex, account=account, aindex=aindex, host=host,
+                        hidx=hidx, clause=clause,
+                    )))  # fmt: skip
+    raw.sort(key=lambda item: item[0])
+    candidates = tuple(Candidate(order=i, **fields) for i, (_, fields) in enumerate(raw))
+    by_key = {(c.pindex, c.nindex, c.qos_name, c.account): c for c in candidates}
+    by_combo: dict[tuple[str | None, str | None], list[Candidate]] = {}
+    for c in candidates:
+        by_combo.setdefault((c.qos_name, c.account), []).append(c)
+    feature_sets = {pi: tuple(frozenset(ng.features) for ng in ngs) for pi, ngs in node_groups.items()}
+    fids: dict[frozenset[str], int] = {}
+    return GroupIndex(
+        group=group,
+        candidates=candidates,
+        partitions=tuple(enabled),
+        disabled=tuple(disabled),
+        node_groups=node_groups,
+        feature_sets=feature_sets,
+        feature_ids={pi: tuple(fids.setdefault(f, len(fids)) for f in fs) for pi, fs in feature_sets.items()},
+        distinct_features=tuple(fids),
+        by_key=by_key,
+        by_combo={k: tuple(v) for k, v in by_combo.items()},
+        hosts=tuple(hosts.values()),
+    )
+
+
+_CACHE: dict[tuple[int, str], tuple[weakref.ref[Any], Any]] = {}
+
+
+def cached(obj: Any, name: str, build: Callable[[Any], Any]) -> Any:
+    """``build(obj)`` computed once per live object (by identity, not equality: hashing a
+    10,000-node group on every call would cost more than the search itself)."""
+    key = (id(obj), name)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0]() is obj:
+        return hit[1]
+    value = build(obj)
+
+    def forget(ref: weakref.ref[Any], key: tuple[int, str] = key, table: dict[Any, Any] = _CACHE) -> None:
+        entry = table.get(key)
+        if entry is not None and entry[0] is ref:
+            del table[key]
+
+    _CACHE[key] = (weakref.ref(obj, forget), value)
+    return value
+
+
+def group_index(group: SlurmGroup) -> GroupIndex:
+    """The cached ``GroupIndex`` of a group."""
+    return cached(group, "index", build_index)
+
+
+def cached_local_host(group: LocalGroup) -> Host:
+    """The cached ``Host`` of a local group."""
+    return cached(group, "host", local_host)

@@ -1,0 +1,137 @@
+"""Pure matching of one alternative against one host (finder.md §3).
+
+``problems`` returns why a host cannot run an alternative (empty when it can) and the number
+of cores the job must ask for there (more than requested with ``cpu_per_gpu`` or when memory
+is turned into cores by ``use_memory_constraint: false``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from ..language.values import HostRequirement
+from .hosts import GPUSlot, Host
+
+
+@attrs.frozen
+class Reason:
+    """One cause of rejection: a code and its numbers, formatted by ``finder.explain``."""
+
+    code: str
+    values: tuple[object, ...] = ()
+
+    def __str__(self) -> str:
+        from .explain import reason_text
+
+        return reason_text(self)
+
+
+def accepts(slot: GPUSlot, request: int) -> bool:
+    """A host GPU accepts a request: ``min_memory <= request <= memory``; 0 asks for any GPU."""
+    if request == 0:
+        return True
+    return slot.min_memory <= request <= slot.memory
+
+
+def assign_gpus(requests: Sequence[int], slots: Sequence[GPUSlot]) -> bool:
+    """Whether every request can go to a distinct slot that accepts it (bipartite matching).
+
+    The answer never depends on the order of either list."""
+    if len(requests) > len(slots):
+        return False
+    if not requests:
+        return True
+    if len(set(slots)) == 1:
+        slot = slots[0]
+        return all(accepts(slot, r) for r in requests)
+    owner: list[int] = [-1] * len(slots)  # slot -> request
+
+    def augment(r: int, seen: list[bool]) -> bool:
+        for s, slot in enumerate(slots):
+            if seen[s] or not accepts(slot, requests[r]):
+                continue
+            seen[s] = True
+            if owner[s] < 0 or augment(owner[s], seen):
+                owner[s] = r
+                return True
+        return False
+
+    # most constrained requests first only speeds things up; the result is order independent
+    return all(augment(r, [False] * len(slots)) for r in range(len(requests)))
+
+
+def _gpu_reasons(requests: Sequence[int], slots: Sequence[GPUSlot]) -> list[Reason]:
+    out: list[Reason] = []
+    if len(requests) > len(slots):
+        out.append(Reason("gpu_count", (len(slots), len(requests))))
+    for r in sorted(set(requests), reverse=True):
+        if not slots or any(accepts(s, r) for s in slots):
+            continue
+        biggest = max(s.memory for s in slots)
+        if r > biggest:
+            out.append(Reason("gpu_memory", (biggest, r)))
+        else:
+            floor = min(s.min_memory for s in slots if s.memory >= r)
+            out.append(Reason("gpu_min_memory", (floor, r)))
+        break
+    if not out:
+        out.append(Reason("gpu_assign", (len(requests), len(slots))))
+    return out
+
+
+def cores_needed(alt: HostRequirement, host: Host) -> tuple[int, Reason | None]:
+    """Cores to ask for on ``host`` (cpu_per_gpu, memory as cores), or why it cannot be said."""
+    cores = alt.cpu.cores
+    ngpus = len(alt.cuda_gpus)
+    if host.cpu_per_gpu and ngpus:
+        cores = max(cores, host.cpu_per_gpu * ngpus)
+    if host.memory_as_cores and alt.cpu.memory:
+        if not host.mem_per_cpu:
+            return cores, Reason("no_mem_per_cpu", (alt.cpu.memory,))
+        cores = max(cores, -(-alt.cpu.memory // host.mem_per_cpu))
+    return cores, None
+
+
+def problems(alt: HostRequirement, host: Host, first_only: bool = True) -> tuple[tuple[Reason, ...], int]:
+    """Why ``host`` cannot run ``alt`` (empty if it can), and the cores to ask for there."""
+    out: list[Reason] = []
+    if host.max_duration and alt.duration > host.max_duration:
+        if host.qos_name is not None and host.qos_duration == host.max_duration:
+            out.append(Reason("qos_duration", (host.qos_name, host.max_duration, alt.duration)))
+        else:
+            out.append(Reason("duration", (host.max_duration, alt.duration)))
+        if first_only:
+            return tuple(out), 0
+    ngpus = len(alt.cuda_gpus)
+    if host.min_gpu and ngpus < host.min_gpu:
+        out.append(Reason("min_gpu", (host.qos_name, host.min_gpu, ngpus)))
+        if first_only:
+            return tuple(out), 0
+    cores, why = cores_needed(alt, host)
+    if why is not None:
+        out.append(why)
+    elif host.cores and cores > host.cores:
+        if cores > alt.cpu.cores and host.memory_as_cores and alt.cpu.memory and (
+            not host.cpu_per_gpu or cores > host.cpu_per_gpu * ngpus
+        ):
+            out.append(Reason("cores_for_memory", (host.cores, cores, alt.cpu.memory, host.mem_per_cpu)))
+        else:
+            out.append(Reason("cores", (host.cores, cores)))
+    if out and first_only:
+        return tuple(out), cores
+    if host.memory and alt.cpu.memory > host.memory:
+        out.append(Reason("memory", (host.memory, alt.cpu.memory)))
+        if first_only:
+            return tuple(out), cores
+    if ngpus:
+        requests = [g.memory for g in alt.cuda_gpus]
+        if not assign_gpus(requests, host.gpus):
+            out.extend(_gpu_reasons(requests, host.gpus))
+    return tuple(out), cores
+
+
+def matches(alt: HostRequirement, host: Host) -> bool:
+    """Whether ``host`` can run ``alt``."""
+    return not problems(alt, host)[0]

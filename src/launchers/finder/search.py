@@ -1,0 +1,322 @@
+"""``find_launcher``: for each alternative in order, for each group by weight, the first group
+that can run it gives the launcher (finder.md §5)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ..config.model import (
+    FirecrestGroup,
+    Group,
+    LaunchersConfig,
+    LocalGroup,
+    SlurmGroup,
+    UnicoreGroup,
+)
+from ..errors import LauncherNotFoundError, LaunchersError, RequirementSyntaxError
+from ..language.values import HostRequirement, RequirementUnion
+from ..launcher import Launcher
+from ..units import mib_ceil, slurm_time
+from .choose import Selection, select, select_cached
+from .explain import Explanation
+from .hosts import cached, cached_local_host, group_index
+from .match import problems
+
+_MISSING: Any = object()
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_text(text: str) -> RequirementUnion:
+    from ..language.parser import parse
+
+    return parse(text)
+
+
+def requirements_of(requirements: Sequence[object]) -> tuple[HostRequirement, ...]:
+    """The alternatives of every argument, concatenated in order (strings are parsed)."""
+    if not requirements:
+        return (HostRequirement(),)
+    out: list[HostRequirement] = []
+    for req in requirements:
+        if isinstance(req, str):
+            out.extend(_parse_text(req).requirements)
+        elif isinstance(req, (HostRequirement, RequirementUnion)):
+            out.extend(req.requirements)
+        else:
+            raise RequirementSyntaxError(
+                f"a requirement must be a string or a requirement value, not {type(req).__name__}",
+                repr(req),
+            )
+    return tuple(out)
+
+
+def _tags_of(tags: Iterable[str] | str | None) -> frozenset[str]:
+    if tags is None:
+        return frozenset()
+    if isinstance(tags, str):
+        return frozenset(t.strip() for t in tags.split(",") if t.strip())
+    return frozenset(str(t) for t in tags)
+
+
+def config_of(config: LaunchersConfig | str | os.PathLike[str] | None) -> LaunchersConfig:
+    """The configuration to search: a loaded one, a path, or the default search path."""
+    if isinstance(config, LaunchersConfig):
+        return config
+    from ..config.loader import load_config
+
+    return load_config(None if config is None else Path(config))
+
+
+def _ordered_groups(config: LaunchersConfig) -> tuple[Group, ...]:
+    if config.is_empty:
+        from ..config.implicit import implicit_local_group
+
+        return (implicit_local_group(),)
+    return tuple(sorted(config.groups, key=lambda g: -g.weight))  # stable: file order
+
+
+def ordered_groups(config: LaunchersConfig) -> tuple[Group, ...]:
+    """Groups by decreasing weight, file order among equals (cached per configuration)."""
+    return cached(config, "groups", _ordered_groups)
+
+
+def _describe(group: Group) -> str:
+    return f"{group.kind} group {group.label}"
+
+
+def slurm_options(group: SlurmGroup, alt: HostRequirement, sel: Selection) -> Any:
+    """The sbatch options of a selection (finder.md §5 "Output options")."""
+    from ..slurm.options import SlurmOptions
+
+    ngpus = len(alt.cuda_gpus)
+    gres = gpus = None
+    if ngpus:
+        if group.gpu_option == "gres":
+            gres = f"gpu:{ngpus}"
+        else:
+            gpus = ngpus
+    mem = None
+    if alt.cpu.memory and group.use_memory_constraint:
+        mem = f"{mib_ceil(alt.cpu.memory)}M"
+    return SlurmOptions(
+        partition=",".join(sel.partitions),
+        constraint=sel.constraint,
+        gpus_per_node=gpus,
+        gres=gres,
+        cpus_per_task=sel.cores,
+        mem=mem,
+        time=slurm_time(alt.duration) if alt.duration else None,
+        qos=sel.best.qos_name,
+        account=sel.best.account,
+        exclude=",".join(sel.exclude) if sel.exclude else None,
+    )
+
+
+def selection_lines(index: int, alt: HostRequirement, sel: Selection) -> list[str]:
+    """Why a selection was made: the best candidate, the merged ones, soundness notes."""
+    head = [
+        f"chosen for alternative {index} ({alt}): {sel.best.label()} (priority {sel.best.host.priority})"
+    ]
+    merged = [c.label() for c in sel.chosen if c is not sel.best]
+    if merged:
+        head.append("merged (same QoS and account): " + "; ".join(merged))
+    head.extend(sel.notes)
+    return head
+
+
+def unmerged_lines(sel: Selection) -> list[str]:
+    """Partitions that match but are not listed (another QoS or account, or more cores)."""
+    listed = set(sel.partitions)
+    dropped = {sel.index.group.partitions[e[1]].name for e in sel.merge.events if e[0] == "drop_partition"}
+    out = []
+    best = sel.best
+    seen: set[str] = set()
+    for c in sel.index.candidates:
+        name = c.partition.name
+        if name in listed or name in dropped or name in seen:
+            continue
+        reasons, needed = problems(sel.alt, c.host)
+        if reasons:
+            continue
+        seen.add(name)
+        if (c.qos_name, c.account) != (best.qos_name, best.account):
+            out.append(
+                f"partition {name} matches ({c.label()}) but is not merged: the best candidate uses "
+                f"QoS {best.qos_name} and account {best.account}"
+            )
+        else:
+            out.append(f"partition {name} matches but is not merged: it needs or fits a different --cpus-per-task ({needed} vs {sel.cores})")
+    return out
+
+
+@attrs.frozen(eq=False)
+class _LazyLines:
+    """The explanation of a choice, formatted only when read (finding stays fast)."""
+
+    group: Group
+    index: int
+    alt: HostRequirement
+    sel: Selection
+
+    def __iter__(self) -> Any:
+        lines = selection_lines(self.index, self.alt, self.sel)
+        lines[0] = f"{_describe(self.group)}: {lines[0]}"
+        return iter(lines)
+
+
+def _slurm_launcher(group: SlurmGroup, index: int, alt: HostRequirement, sel: Selection, lines: tuple[str, ...]) -> Launcher:
+    options = slurm_options(group, alt, sel)
+    cls: Any
+    if isinstance(group, UnicoreGroup):
+        from ..remote.unicore import UnicoreLauncher as cls
+    elif isinstance(group, FirecrestGroup):
+        from ..remote.firecrest import FirecrestLauncher as cls
+    else:
+        from ..slurm.launcher import SlurmLauncher as cls
+    hosts = sel.hosts
+    return cls(
+        group=group, options=options, alternative=index, requirement=alt, hosts=hosts,
+        why=lines,
+    )  # fmt: skip
+
+
+def _batched(group: Group, launcher: Launcher) -> Launcher:
+    """Wrap in a ``BatchLauncher`` when the group has a ``batch:`` mapping (batching.md §3.1)."""
+    if group.batch is None:
+        return launcher
+    options = attrs.asdict(group.batch)
+    if options.get("slots") is None:
+        options["slots"] = "auto"
+    try:
+        return launcher.batched(**options)
+    except ImportError as e:
+        raise LaunchersError(f"{_describe(group)} has a batch: mapping but batching is not available ({e})") from None
+
+
+@attrs.define
+class SearchResult:
+    """The launcher found (or ``None``) and, when asked, the explanation of the search."""
+
+    launcher: Launcher | None
+    explanation: Explanation
+
+
+def _refresh(group: SlurmGroup) -> SlurmGroup:
+    from ..slurm.query import refresh_group
+
+    return refresh_group(group)
+
+
+def _try_group(
+    group: Group, index: int, alt: HostRequirement, explain: Explanation | None
+) -> Launcher | None:
+    if isinstance(group, LocalGroup):
+        if group.disabled:
+            if explain is not None:
+                explain.add(f"{_describe(group)}: group is disabled", 1)
+            return None
+        reasons, _ = problems(alt, cached_local_host(group), first_only=explain is None)
+        if reasons:
+            if explain is not None:
+                explain.add(f"{_describe(group)}: " + "; ".join(str(r) for r in reasons), 1)
+            return None
+        from ..local.launcher import DirectLauncher
+
+        line = f"{_describe(group)}: chosen for alternative {index} ({alt})"
+        if explain is not None:
+            explain.add(line, 1)
+        return DirectLauncher(group=group, alternative=index, requirement=alt, why=(line,))
+    if group.query_slurm:
+        group = _refresh(group)
+    gindex = group_index(group)
+    local = Explanation()
+    if explain is not None:
+        explain.add(f"{_describe(group)}:", 1)
+    single = isinstance(group, UnicoreGroup)
+    sel = select(gindex, alt, local, single) if explain is not None else select_cached(gindex, alt, single)
+    if sel is None:
+        if explain is not None:
+            explain.lines.extend(local.lines)
+            explain.add("no partition matches", 2)
+        return None
+    if explain is not None:
+        for line in selection_lines(index, alt, sel):
+            explain.add(line, 2)
+        for line in unmerged_lines(sel):
+            explain.add(line, 2)
+        explain.lines.extend(local.lines)  # the other candidates, for --explain
+    lines = _LazyLines(group, index, alt, sel)
+    return _slurm_launcher(group, index, alt, sel, lines)  # type: ignore[arg-type]
+
+
+def search(
+    alternatives: Sequence[HostRequirement],
+    config: LaunchersConfig,
+    tags: frozenset[str] = frozenset(),
+    explain: bool = False,
+) -> SearchResult:
+    """The search itself; ``explain=True`` records why every group was or was not chosen."""
+    ex = Explanation() if explain else None
+    groups = ordered_groups(config)
+    if tags:
+        eligible = []
+        for g in groups:
+            if tags & set(g.tags):
+                eligible.append(g)
+            elif ex is not None:
+                ex.add(f"{_describe(g)}: skipped, its tags {sorted(g.tags)} include none of {sorted(tags)}")
+        groups = tuple(eligible)
+    if ex is not None and not groups:
+        ex.add("no group to search" + (f" with tags {sorted(tags)}" if tags else ""))
+    for i, alt in enumerate(alternatives):
+        if ex is not None:
+            ex.add(f"alternative {i}: {alt}")
+        for gi, group in enumerate(groups):
+            launcher = _try_group(group, i, alt, ex)
+            if launcher is not None:
+                if ex is not None:
+                    for later in groups[gi + 1 :]:
+                        ex.add(f"{_describe(later)}: not tried, {group.label} comes first", 1)
+                    if i + 1 < len(alternatives):
+                        ex.add(f"alternatives {i + 1}..{len(alternatives) - 1}: not tried, alternative {i} fits")
+                return SearchResult(_batched(group, launcher), ex or Explanation())
+    return SearchResult(None, ex or Explanation())
+
+
+def find_launcher(
+    *requirements: str | HostRequirement | RequirementUnion,
+    tags: Iterable[str] | str | None = (),
+    config: LaunchersConfig | str | os.PathLike[str] | None = None,
+    default: Any = _MISSING,
+) -> Any:
+    """The launcher for the first alternative some group can run (groups by weight).
+
+    Raises ``LauncherNotFoundError`` explaining every rejection, or returns ``default``."""
+    alternatives = requirements_of(requirements)
+    cfg = config_of(config)
+    tagset = _tags_of(tags)
+    result = search(alternatives, cfg, tagset)
+    if result.launcher is not None:
+        return result.launcher
+    if default is not _MISSING:
+        return default
+    explained = search(alternatives, cfg, tagset, explain=True)
+    raise LauncherNotFoundError("no launcher can run " + " | ".join(str(a) for a in alternatives) + "\n" + explained.explanation.text())
+
+
+def explain_search(
+    *requirements: str | HostRequirement | RequirementUnion,
+    tags: Iterable[str] | str | None = (),
+    config: LaunchersConfig | str | os.PathLike[str] | None = None,
+) -> SearchResult:
+    """The search with its explanation (``launchers find --explain``)."""
+    return search(requirements_of(requirements), config_of(config), _tags_of(tags), explain=True)
+
+
+__all__ = ["LaunchersError", "explain_search", "find_launcher", "search"]

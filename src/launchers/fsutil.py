@@ -1,0 +1,71 @@
+"""Atomic file writes: a reader never sees half a file (slurm-runtime.md §2).
+
+The data goes to a temporary name in the target's directory, is flushed and fsynced, renamed
+over the target, and the directory is fsynced so the rename itself survives a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """fsync a directory so that renames and creations in it are durable."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` atomically (temporary name in the same directory, fsync, rename)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp.{os.getpid()}.{id(data):x}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    os.close(fd)
+    if mode is not None:
+        os.chmod(tmp, mode)
+    os.replace(tmp, target)
+    fsync_dir(target.parent)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+def atomic_write_json(path: str | os.PathLike[str], value: Any) -> None:
+    """Write ``value`` as indented JSON to ``path`` atomically."""
+    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON value in ``path``, or None when the file does not exist."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,299 @@
+"""Executors: the I/O side of a launcher kind (submit, poll, cancel), and their registry.
+
+Design note (read this before writing an executor)
+-------------------------------------------------
+* A *launcher* is a frozen value (where, with which options). An *executor* does the I/O for a
+  launcher kind. ``executor_for(launcher)`` returns ONE executor instance per
+  ``(kind, connector, cluster)`` per process, created by the module registered for the kind
+  (``EXECUTOR_MODULES``), which must define ``create_executor(launcher) -> Executor`` and may
+  define ``executor_key(launcher) -> tuple`` (default ``(kind, connector, cluster)``).
+* Every executor coroutine runs on the single background loop (``launchers.jobs.loop``). User
+  threads never await; they call ``Job`` methods, which schedule work on the loop.
+* A ``Job`` (``launchers.jobs.job``) owns the in-memory ``StateRecord`` and is the only writer of
+  ``state.json``. Executors change a job only through ``job.apply(StateUpdate(...))`` (thread-safe;
+  writes the record atomically and wakes waiters) or ``job.begin_attempt(cause)`` (archives the
+  outputs to ``attempts/N/`` and starts attempt N+1 in ``WAITING``; used by requeue fallbacks).
+* Life of a submission: ``task.submit`` records the job (``WAITING``, params.json written) under
+  the directory's ``.lock`` and calls ``executor.enqueue(job)``. On the loop, ``enqueue`` adds the
+  job to the executor's ``Tracker`` and awaits ``executor.submit(job)``, which must: render and
+  write ``job.sh`` for ``job.attempt``; record ``SUBMITTING`` (with ``job_name``) BEFORE the
+  scheduler call; then record ``PENDING``/``RUNNING`` with ``native_id`` (or keep ``WAITING``
+  with a reason while held locally, or ``FAILED`` with the scheduler's message).
+  An exception escaping ``submit`` marks the job ``FAILED`` with the error as reason.
+* A job re-attached in ``SUBMITTING`` (a crash between record and reply) goes to
+  ``executor.reconcile(job)`` instead: adopt the id found by name, or submit if none.
+* Tracking: the executor's ``Tracker`` (``launchers.jobs.tracker``) calls ``poll(jobs)`` ONCE
+  per cycle with every unfinished tracked job that has a ``native_id``; ``poll`` returns the
+  changes as ``{job: StateUpdate}`` and must raise (any exception) on a failed query: the
+  tracker then changes nothing, logs the outage once, and backs off. Interval: ``poll_min``
+  after a change, x1.5 per quiet cycle up to ``poll_max``. When ``fast_interval`` is set,
+  ``fast_poll(jobs)`` (cheap, e.g. reading ``job.rc``) also runs at that period.
+* Cancel: ``job.cancel()`` marks ``job.cancel_requested`` and queues the job in its tracker;
+  each cycle the tracker makes ONE ``cancel(jobs)`` call with every queued job. A job still
+  ``WAITING`` in the executor must be dropped by ``cancel`` and reported ``CANCELLED`` at once.
+  Otherwise the state becomes ``CANCELLED`` when the scheduler or ``job.rc`` says so.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import importlib
+import logging
+import threading
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..errors import LaunchersError
+from .record import StateRecord, read_rc
+from .state import JobState
+
+if TYPE_CHECKING:
+    from ..launcher import Launcher
+    from .job import Job
+    from .task import Task
+    from .tracker import Tracker
+
+log = logging.getLogger("launchers.jobs")
+
+#: launcher kind -> module defining ``create_executor(launcher)``.
+EXECUTOR_MODULES: dict[str, str] = {
+    "local": "launchers.local.executor",
+    "slurm": "launchers.slurm.executor",
+    "unicore": "launchers.remote.unicore_executor",
+    "firecrest": "launchers.remote.firecrest_executor",
+    "batch": "launchers.batch.executor",
+}
+
+
+@attrs.frozen
+class StateUpdate:
+    """A change to apply to a job's record; ``None`` fields are left unchanged.
+
+    ``detail`` goes to the history entry. ``extra`` is merged into the record's extra keys.
+    """
+
+    state: JobState | None = None
+    detail: str = ""
+    reason: str | None = None
+    native_id: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    slurm_state: str | None = None
+    job_name: str | None = None
+    cluster: str | None = None
+    submitted_at: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    extra: Mapping[str, Any] | None = None
+
+    def changes(self) -> dict[str, Any]:
+        """The record fields this update sets (state and detail excluded)."""
+        out = {}
+        for f in attrs.fields(StateUpdate):
+            if f.name in ("state", "detail"):
+                continue
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = value
+        return out
+
+
+def update_from_rc(job: Job, *, cancelled: bool = False) -> StateUpdate | None:
+    """The final update ``job.rc`` implies for this attempt, or None when there is none yet.
+
+    rc 0 and no signal: COMPLETED; after our cancel: CANCELLED; else FAILED with code/signal.
+    An rc of another attempt (stale file) is ignored.
+    """
+    rc = read_rc(job.directory)
+    if rc is None:
+        return None
+    if rc.attempt is not None and rc.attempt != job.attempt:
+        return None
+    if rc.success:
+        state, reason = JobState.COMPLETED, None
+    elif cancelled or job.cancel_requested:
+        state, reason = JobState.CANCELLED, "cancelled on request"
+    else:
+        state = JobState.FAILED
+        reason = f"killed by signal {rc.signal}" if rc.signal else f"exit code {rc.rc}"
+    return StateUpdate(
+        state=state,
+        detail="job.rc",
+        reason=reason,
+        exit_code=rc.rc,
+        signal=rc.signal,
+        started_at=rc.start,
+        ended_at=rc.end,
+    )
+
+
+class Executor(abc.ABC):
+    """Runs jobs for one launcher kind on one (connector, cluster); see the module docstring."""
+
+    #: Launcher kind served ("local", "slurm", ...).
+    kind: str = ""
+    #: Shortest and longest interval between two ``poll`` cycles, in seconds.
+    poll_min: float = 2.0
+    poll_max: float = 60.0
+    #: Period of ``fast_poll`` in seconds, or None for no fast checks.
+    fast_interval: float | None = None
+
+    def __init__(self, key: Hashable = ()) -> None:
+        self.key = key
+        self._tracker: Tracker | None = None
+
+    @property
+    def tracker(self) -> Tracker:
+        """This executor's tracker (one poll loop for all its jobs), created on first use."""
+        if self._tracker is None:
+            from .tracker import Tracker
+
+            self._tracker = Tracker(self)
+        return self._tracker
+
+    # -- called by the jobs layer -------------------------------------------------------------
+
+    def enqueue(self, job: Job, *, reconcile: bool = False) -> None:
+        """Thread-safe: track ``job`` and start its submission (or reconciliation) on the loop."""
+        from .loop import call_soon
+
+        call_soon(self._begin, job, reconcile)
+
+    def track(self, job: Job) -> None:
+        """Thread-safe: follow an already submitted job (re-attach)."""
+        from .loop import call_soon
+
+        call_soon(self.tracker.add, job)
+
+    def _begin(self, job: Job, reconcile: bool) -> None:
+        self.tracker.add(job)
+        asyncio.get_running_loop().create_task(self._submit_guarded(job, reconcile))
+
+    async def _submit_guarded(self, job: Job, reconcile: bool) -> None:
+        try:
+            if reconcile:
+                await self.reconcile(job)
+            else:
+                await self.submit(job)
+        except Exception as e:  # a bug or an unexpected refusal must not leave the job hanging
+            log.error("submission of %s failed: %s", job.task_id, e, exc_info=not isinstance(e, LaunchersError))
+            job.apply(StateUpdate(state=JobState.FAILED, detail="submission error", reason=str(e) or type(e).__name__))
+        finally:
+            self.tracker.wake()
+
+    # -- to implement ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def submit(self, job: Job) -> None:
+        """Submit attempt ``job.attempt`` (record is WAITING); see the module docstring."""
+
+    @abc.abstractmethod
+    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+        """One status query for all ``jobs``; the changes found. Raise on a failed query."""
+
+    @abc.abstractmethod
+    async def cancel(self, jobs: Sequence[Job]) -> None:
+        """Cancel all ``jobs`` with as few scheduler calls as possible (one for Slurm)."""
+
+    def validate(self, launcher: Launcher, task: Task) -> None:
+        """Synchronous checks at ``task.submit`` time, before anything is recorded; raise a
+        ``LaunchersError`` for a job that could never run here (default: none)."""
+
+    async def fast_poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+        """Cheap checks every ``fast_interval`` seconds (default: none)."""
+        return {}
+
+    async def reconcile(self, job: Job) -> None:
+        """Settle a job found in SUBMITTING after a crash. Default: submit it again."""
+        await self.submit(job)
+
+    def owns_waiting(self, job: Job) -> bool:
+        """True when the executor holds ``job`` locally (WAITING) and will submit it itself."""
+        return False
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release connections (end of process or tests)."""
+
+
+def default_executor_key(launcher: Launcher) -> tuple[Any, ...]:
+    """``(kind, connector, cluster)`` of a launcher (missing attributes read as None)."""
+    group = getattr(launcher, "group", None)
+    connector = getattr(launcher, "connector", None) or getattr(group, "connector", None) or "local"
+    cluster = getattr(launcher, "cluster", None)
+    if cluster is None:
+        options = getattr(launcher, "options", None)
+        cluster = getattr(options, "clusters", None) or getattr(options, "cluster", None)
+    return (launcher.kind, connector, cluster)
+
+
+_executors: dict[Hashable, Executor] = {}
+_registry_lock = threading.Lock()
+
+
+def executor_for(launcher: Launcher) -> Executor:
+    """The process-wide executor for ``launcher`` (one per kind, connector and cluster)."""
+    kind = launcher.kind
+    module_name = EXECUTOR_MODULES.get(kind)
+    if module_name is None:
+        raise LaunchersError(f"no executor for launcher kind {kind!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise LaunchersError(
+            f"launchers of kind {kind!r} cannot run jobs: module {module_name} is missing ({e})"
+        ) from None
+    key_fn = getattr(module, "executor_key", default_executor_key)
+    key = key_fn(launcher)
+    with _registry_lock:
+        executor = _executors.get(key)
+        if executor is None:
+            executor = module.create_executor(launcher)
+            _executors[key] = executor
+        return executor
+
+
+def executor_for_record(record: StateRecord) -> Executor:
+    """The executor for a job known only from its ``state.json`` (CLI ``cancel``, ``jobs``).
+
+    The kind's module must define ``executor_from_record(launcher_info, record) -> Executor``
+    (``launcher_info`` is the record's ``launcher`` mapping); it is cached like ``executor_for``."""
+    info = dict(record.launcher)
+    kind = str(info.get("kind", ""))
+    module_name = EXECUTOR_MODULES.get(kind)
+    if module_name is None:
+        raise LaunchersError(f"job {record.task_id}: unknown launcher kind {kind!r} in its record")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise LaunchersError(f"job {record.task_id}: module {module_name} is missing ({e})") from None
+    factory = getattr(module, "executor_from_record", None)
+    if factory is None:
+        raise LaunchersError(f"job {record.task_id}: launchers of kind {kind!r} cannot be driven from a record")
+    key = ("record", kind, info.get("connector"), record.cluster)
+    with _registry_lock:
+        executor = _executors.get(key)
+        if executor is None:
+            executor = factory(info, record)
+            _executors[key] = executor
+        return executor
+
+
+def all_executors() -> list[Executor]:
+    """Every executor created in this process."""
+    with _registry_lock:
+        return list(_executors.values())
+
+
+__all__ = [
+    "EXECUTOR_MODULES",
+    "Executor",
+    "StateUpdate",
+    "all_executors",
+    "default_executor_key",
+    "executor_for",
+    "executor_for_record",
+    "update_from_rc",
+]

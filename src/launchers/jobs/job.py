@@ -1,0 +1,501 @@
+"""``Job``: one task's job in this process (slurm-runtime.md §1, §2), and the submit/re-attach
+decision taken under the job directory's ``.lock``.
+
+A ``Job`` owns the in-memory ``StateRecord`` and is the only writer of ``state.json``; executors
+change it with ``apply(StateUpdate)`` from the loop thread, user threads read it and ``wait``.
+There is one ``Job`` per job directory per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import pickle
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JobFailedError, LaunchersError
+from ..fsutil import atomic_write_json, read_json
+from .executor import StateUpdate
+from .proc import ProcessId
+from .record import (
+    JobPaths,
+    StateRecord,
+    archive_attempt,
+    job_directory,
+    read_record,
+    write_record,
+)
+from .state import JobState
+from .task import KIND_COMMAND, Task, decode_value
+
+if TYPE_CHECKING:
+    from ..launcher import Launcher
+    from .executor import Executor
+
+log = logging.getLogger("launchers.jobs")
+
+STDERR_TAIL_LINES = 20
+
+
+class Job:
+    """A submitted task: its directory, record and state; ``wait``, ``cancel``, ``result``."""
+
+    def __init__(
+        self,
+        task: Task | None,
+        directory: Path,
+        record: StateRecord,
+        *,
+        launcher: Launcher | None = None,
+        executor: Executor | None = None,
+    ) -> None:
+        self.task = task
+        self.directory = Path(directory)
+        self.paths = JobPaths(self.directory)
+        self.launcher = launcher
+        self.executor = executor
+        self._record = record
+        self._cond = threading.Condition()
+        #: Set by ``cancel()``; executors read it to report "cancelled on request".
+        self.cancel_requested = False
+        #: True while another live process owns the submission (we only re-read state.json).
+        self.observer = False
+        #: Executor-private scratch space (handles, counters); never persisted.
+        self.runtime: dict[str, Any] = {}
+
+    # -- read-only view -----------------------------------------------------------------------
+
+    @property
+    def record(self) -> StateRecord:
+        """The current state record (an immutable value)."""
+        return self._record
+
+    @property
+    def task_id(self) -> str:
+        return self._record.task_id
+
+    @property
+    def state(self) -> JobState:
+        return self._record.state
+
+    @property
+    def native_id(self) -> str | None:
+        """The scheduler's id: ``"123"``, ``"123_4"``, or a pid for the direct launcher."""
+        return self._record.native_id
+
+    @property
+    def attempt(self) -> int:
+        return self._record.attempt
+
+    @property
+    def reason(self) -> str | None:
+        return self._record.reason
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._record.exit_code
+
+    @property
+    def signal(self) -> int | None:
+        return self._record.signal
+
+    @property
+    def stdout_path(self) -> Path:
+        return self.paths.stdout
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.paths.stderr
+
+    @property
+    def name(self) -> str:
+        """The task's name (the directory's parent)."""
+        return self.directory.parent.name
+
+    def __repr__(self) -> str:
+        nid = f" {self.native_id}" if self.native_id else ""
+        return f"<Job {self.task_id} {self.state.value}{nid}>"
+
+    # -- changes (executors, tracker) -----------------------------------------------------------
+
+    def apply(self, update: StateUpdate) -> bool:
+        """Apply ``update``, write ``state.json`` if anything changed, wake waiters.
+
+        A final state is never left for a non-final one (a new attempt uses ``begin_attempt``).
+        Returns True when the state changed."""
+        with self._cond:
+            rec = self._record
+            new_state = update.state
+            if new_state is not None and rec.state.is_final and not new_state.is_final:
+                return False
+            if new_state is not None and new_state.is_final and new_state is not rec.state:
+                settled = self._settled_elsewhere(new_state)
+                if settled is not None:
+                    if isinstance(settled, StateRecord):
+                        self._record = settled
+                        self._cond.notify_all()
+                        return True
+                    update = settled
+                    new_state = update.state
+            changes = update.changes()
+            if changes.get("reason") == "":
+                changes["reason"] = None  # "" in an update clears the reason
+            if new_state is not None and new_state.is_final and new_state is not rec.state:
+                changes.setdefault("ended_at", rec.ended_at)
+            if new_state is JobState.RUNNING and rec.started_at is None and "started_at" not in changes:
+                from .record import now_iso
+
+                changes["started_at"] = now_iso()
+            if new_state is not None and new_state.is_final and changes.get("ended_at") is None:
+                from .record import now_iso
+
+                changes["ended_at"] = now_iso()
+            same = all(getattr(rec, k) == v for k, v in changes.items() if k != "extra")
+            if update.extra:
+                same = same and all(rec.extra.get(k) == v for k, v in update.extra.items())
+            if (new_state is None or new_state is rec.state) and same and not update.detail:
+                return False
+            new = rec.transition(new_state, update.detail, **changes)
+            self._write(new)
+            changed = new.state is not rec.state
+            self._cond.notify_all()
+        if changed:
+            log.debug("%s: %s -> %s %s", self.task_id, rec.state.value, new.state.value, update.detail)
+        return changed
+
+    def _settled_elsewhere(self, new_state: JobState) -> StateRecord | StateUpdate | None:
+        """Before recording a final state, look at ``state.json``: another process (a second
+        tracker, ``launchers cancel``) may have recorded the end, or asked for a cancel."""
+        try:
+            disk = read_record(self.directory)
+        except LaunchersError:
+            return None
+        if disk is None or disk.attempt != self._record.attempt:
+            return None
+        if disk.state.is_final and disk.state is not self._record.state:
+            return disk
+        if (
+            disk.extra.get("cancel_requested") == disk.attempt
+            and new_state is not JobState.COMPLETED
+            and new_state is not JobState.CANCELLED
+        ):
+            self.cancel_requested = True
+            return StateUpdate(state=JobState.CANCELLED, detail="cancelled by another process",
+                               reason="cancelled on request")
+        return None
+
+    def mark_cancel_requested(self) -> None:
+        """Record in ``state.json`` that a cancel was asked (seen by every process tracking it)."""
+        with directory_lock(self.paths.lock), self._cond:
+            disk = read_record(self.directory) or self._record
+            if disk.state.is_final:
+                self._record = disk
+                return
+            self._write(disk.transition(detail="cancel requested",
+                                        extra={"cancel_requested": disk.attempt}))
+            self.cancel_requested = True
+
+    def begin_attempt(self, cause: str = "") -> None:
+        """Archive this attempt's outputs to ``attempts/N/`` and start attempt N+1 (WAITING)."""
+        with self._cond:
+            archive_attempt(self.directory, self._record.attempt)
+            self._write(self._record.next_attempt(cause).transition(extra={"owner": ProcessId.current().to_json()}))
+            self.cancel_requested = False
+            self._cond.notify_all()
+
+    def replace_record(self, record: StateRecord, *, write: bool = False) -> None:
+        """Adopt ``record`` (read from disk by an observer, or rebuilt); wakes waiters."""
+        with self._cond:
+            if write:
+                self._write(record)
+            else:
+                self._record = record
+            self._cond.notify_all()
+
+    def refresh(self) -> bool:
+        """Re-read ``state.json`` (observers); True when the state changed."""
+        try:
+            rec = read_record(self.directory)
+        except LaunchersError:
+            return False
+        if rec is None or rec == self._record:
+            return False
+        before = self._record.state
+        self.replace_record(rec)
+        return rec.state is not before
+
+    def _write(self, record: StateRecord) -> None:
+        write_record(self.directory, record)
+        self._record = record
+
+    # -- user API -----------------------------------------------------------------------------
+
+    def wait(self, timeout: float | None = None) -> JobState:
+        """Block until the job is final and return its state; ``TimeoutError`` after ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._record.state.is_final:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(
+                        f"job {self.task_id} still {self._record.state.value} after {timeout} s"
+                    )
+                self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+            return self._record.state
+
+    def cancel(self) -> None:
+        """Ask for cancellation (sent with the tracker's next cycle); no-op once final."""
+        if self.state.is_final:
+            return
+        self.mark_cancel_requested()
+        if self.state.is_final:
+            return
+        if self.executor is None:
+            from .executor import executor_for_record
+
+            self.executor = executor_for_record(self._record)
+        self.executor.tracker.request_cancel(self)
+
+    def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
+        """The last ``lines`` lines of ``job.err`` ("" when absent)."""
+        try:
+            with open(self.paths.stderr, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - 64 * 1024))
+                data = f.read()
+        except OSError:
+            return ""
+        text = data.decode("utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait, then the return value (``0`` for a command); ``JobFailedError`` unless COMPLETED."""
+        state = self.wait(timeout)
+        rec = self._record
+        if state is not JobState.COMPLETED:
+            tail = self.stderr_tail()
+            err = read_json(self.paths.error) if self.paths.error.exists() else None
+            parts = [f"job {self.task_id} ended {state.value}"]
+            if rec.exit_code is not None:
+                parts.append(f"exit code {rec.exit_code}")
+            if rec.signal:
+                parts.append(f"signal {rec.signal}")
+            if rec.reason:
+                parts.append(f"reason: {rec.reason}")
+            if isinstance(err, dict) and err.get("type"):
+                parts.append(f"raised {err.get('type')}: {err.get('message')}")
+            message = ", ".join(parts)
+            if tail:
+                message += f"\nlast lines of {self.paths.stderr}:\n{tail}"
+            raise JobFailedError(
+                message,
+                state=state.value,
+                exit_code=rec.exit_code,
+                signal=rec.signal,
+                reason=rec.reason,
+                stderr_tail=tail,
+            )
+        kind = self.task.kind if self.task is not None else _read_kind(self.paths)
+        if kind == KIND_COMMAND:
+            return 0
+        if self.paths.result_json.exists():
+            try:
+                return decode_value(json.loads(self.paths.result_json.read_text(encoding="utf-8")))
+            except ValueError as e:
+                raise LaunchersError(f"{self.paths.result_json}: unreadable result: {e}") from None
+        if self.paths.result_pickle.exists():
+            with open(self.paths.result_pickle, "rb") as f:
+                return pickle.load(f)
+        raise LaunchersError(f"job {self.task_id} completed but left no result file in {self.directory}")
+
+
+def _read_kind(paths: JobPaths) -> str:
+    data = read_json(paths.params)
+    return str(data.get("kind", "")) if isinstance(data, dict) else ""
+
+
+# -- the per-process registry and the submit/re-attach decision ---------------------------------
+
+_jobs: dict[Path, Job] = {}
+_jobs_lock = threading.RLock()
+
+
+@contextlib.contextmanager
+def directory_lock(path: Path) -> Iterator[None]:
+    """Hold ``flock`` on ``path`` (the job directory's ``.lock``) for the block."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def launcher_info(launcher: Launcher) -> dict[str, Any]:
+    """``launcher`` field of the record: kind, group id, connector and exact sbatch options."""
+    group = getattr(launcher, "group", None)
+    info: dict[str, Any] = {
+        "kind": launcher.kind,
+        "group": getattr(group, "label", None) if group is not None else None,
+        "connector": getattr(launcher, "connector", None) or getattr(group, "connector", "local"),
+    }
+    sbatch_args = getattr(launcher, "sbatch_args", None)
+    if callable(sbatch_args):
+        try:
+            info["options"] = list(sbatch_args())
+        except Exception as e:  # a launcher that cannot render its options is reported, not hidden
+            raise LaunchersError(f"launcher {launcher!r}: cannot compute its options: {e}") from e
+    return info
+
+
+def _owner_alive(record: StateRecord) -> bool:
+    owner = ProcessId.from_json(record.extra.get("owner"))
+    if owner is None:
+        return False
+    if owner.pid == os.getpid() and owner.start == ProcessId.current().start:
+        return False  # ourselves: a previous Job object of this process, take it over
+    return owner.is_alive()
+
+
+def registered_job(directory: Path) -> Job | None:
+    """The ``Job`` of ``directory`` in this process, if any."""
+    with _jobs_lock:
+        return _jobs.get(directory)
+
+
+def submit_task(task: Task, launcher: Launcher | None = None, *, force: bool = False) -> Job:
+    """``Task.submit``: record the job under ``.lock`` and queue its submission (§1, §2)."""
+    from .experiment import current_experiment
+
+    xp = current_experiment()
+    if launcher is None and xp is not None:
+        launcher = xp.launcher
+    if xp is None and launcher is None:
+        raise LaunchersError(
+            f"cannot submit {task.task_id}: no experiment and no launcher; use "
+            "`with experiment(workdir, launcher):` (or pass launcher= inside one)"
+        )
+    if xp is None:
+        raise LaunchersError(
+            f"cannot submit {task.task_id}: no experiment is active (it gives the job directory); "
+            "submit inside `with experiment(workdir, launcher):`"
+        )
+    if launcher is None:
+        raise LaunchersError(
+            f"cannot submit {task.task_id}: no launcher; pass launcher= to submit() or to experiment()"
+        )
+    directory = job_directory(xp.workdir, task.name, task.digest).absolute()
+    with _jobs_lock:
+        existing = _jobs.get(directory)
+        if existing is not None and not force:
+            xp.add(existing)
+            return existing
+        if existing is not None and not existing.state.is_final:
+            raise LaunchersError(
+                f"job {existing.task_id} is {existing.state.value}: force=True needs a finished job "
+                "(cancel it first)"
+            )
+        executor = launcher.executor()
+        job = _attach(task, directory, launcher, executor, force=force, rerun_failed=xp.rerun_failed)
+        _jobs[directory] = job
+    xp.add(job)
+    return job
+
+
+def _attach(
+    task: Task,
+    directory: Path,
+    launcher: Launcher,
+    executor: Executor,
+    *,
+    force: bool,
+    rerun_failed: bool,
+) -> Job:
+    paths = JobPaths(directory)
+    executor.validate(launcher, task)
+    directory.mkdir(parents=True, exist_ok=True)
+    me = {"owner": ProcessId.current().to_json()}
+    info = launcher_info(launcher)
+    with directory_lock(paths.lock):
+        record = read_record(directory)
+        action = "submit"
+        if record is None:
+            if read_json(paths.params) != task.params_json():
+                atomic_write_json(paths.params, task.params_json())
+            record = StateRecord(task_id=task.task_id, launcher=info, extra=me).transition(
+                JobState.WAITING, "created"
+            )
+            write_record(directory, record)
+        elif not record.state.is_final:
+            if force:
+                raise LaunchersError(
+                    f"job {record.task_id} in {directory} is {record.state.value}: force=True needs "
+                    "a finished job (cancel it first)"
+                )
+            if record.state in (JobState.WAITING, JobState.SUBMITTING):
+                if _owner_alive(record):
+                    action = "observe"
+                else:
+                    action = "submit" if record.state is JobState.WAITING else "reconcile"
+                    record = record.transition(launcher=info, extra=me)
+                    write_record(directory, record)
+            else:
+                action = "track"
+        elif not force and (record.state is JobState.COMPLETED or not rerun_failed):
+            action = "done"
+        else:
+            if read_json(paths.params) != task.params_json():
+                atomic_write_json(paths.params, task.params_json())
+            cause = "forced re-run" if force else f"re-run after {record.state.value}"
+            archive_attempt(directory, record.attempt)
+            record = record.next_attempt(cause).transition(launcher=info, extra=me)
+            write_record(directory, record)
+    job = Job(task, directory, record, launcher=launcher, executor=executor)
+    if action == "submit":
+        executor.enqueue(job)
+    elif action == "reconcile":
+        executor.enqueue(job, reconcile=True)
+    elif action in ("track", "observe"):
+        job.observer = action == "observe"
+        executor.track(job)
+    return job
+
+
+def take_over(job: Job) -> str | None:
+    """For an observer whose owner died: under ``.lock``, claim the submission if still needed.
+
+    Returns "submit", "reconcile" or None (someone else progressed; keep tracking)."""
+    with directory_lock(job.paths.lock):
+        record = read_record(job.directory)
+        if record is None:
+            return None
+        if record.state not in (JobState.WAITING, JobState.SUBMITTING) or _owner_alive(record):
+            job.replace_record(record)
+            return None
+        record = record.transition(extra={"owner": ProcessId.current().to_json()})
+        job.replace_record(record, write=True)
+        job.observer = False
+        return "submit" if record.state is JobState.WAITING else "reconcile"
+
+
+def load_job(directory: str | os.PathLike[str]) -> Job:
+    """A ``Job`` for an existing directory (CLI): the registered one, else read from disk."""
+    path = Path(directory).absolute()
+    job = registered_job(path)
+    if job is not None:
+        return job
+    record = read_record(path)
+    if record is None:
+        raise LaunchersError(f"{path}: not a job directory (no state.json)")
+    return Job(None, path, record)
+
+
+__all__ = ["Job", "launcher_info", "load_job", "submit_task"]

@@ -1,0 +1,64 @@
+"""The background asyncio loop: one daemon thread per process runs every executor and tracker.
+
+User code stays synchronous (``task.submit``, ``job.wait``); coroutines are handed to this loop.
+The thread is a daemon, so leaving the process (or Ctrl-C) never waits for, nor cancels, jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
+
+
+def _run(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    loop.run_forever()
+
+
+def get_loop() -> asyncio.AbstractEventLoop:
+    """The process's background loop, started on first use (and again after a fork)."""
+    global _loop, _thread
+    with _lock:
+        if _loop is None or _thread is None or not _thread.is_alive():
+            _loop = asyncio.new_event_loop()
+            _thread = threading.Thread(
+                target=_run, args=(_loop,), name="launchers-loop", daemon=True
+            )
+            _thread.start()
+        return _loop
+
+
+def in_loop_thread() -> bool:
+    """True when called from the background loop's thread."""
+    return _thread is not None and threading.current_thread() is _thread
+
+
+def spawn(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """Schedule ``coro`` on the background loop; returns a thread-safe future."""
+    return asyncio.run_coroutine_threadsafe(coro, get_loop())
+
+
+def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    """Run ``coro`` on the background loop and wait for its result (not from the loop thread)."""
+    if in_loop_thread():
+        coro.close()
+        raise RuntimeError("run_sync() called from the launchers loop thread")
+    return spawn(coro).result(timeout)
+
+
+def call_soon(fn: Callable[..., Any], *args: Any) -> None:
+    """Call ``fn(*args)`` in the loop thread as soon as possible (thread-safe)."""
+    loop = get_loop()
+    if in_loop_thread():
+        loop.call_soon(fn, *args)
+    else:
+        loop.call_soon_threadsafe(fn, *args)

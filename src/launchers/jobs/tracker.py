@@ -1,0 +1,180 @@
+"""The generic poll loop (slurm-runtime.md §5): one per executor, one ``poll`` per cycle for all
+its unfinished jobs, an adaptive interval, and failed queries that never fail a job.
+
+Interval: ``executor.poll_min`` after a submission or a state change, then x1.5 per quiet cycle
+up to ``executor.poll_max``; during an outage it backs off to ``poll_max``. ``fast_poll`` runs
+every ``executor.fast_interval`` seconds when set. Cancels requested within a cycle become one
+``executor.cancel(jobs)`` call. Runs on the background loop (``launchers.jobs.loop``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from .loop import call_soon
+from .state import JobState
+
+if TYPE_CHECKING:
+    from .executor import Executor, StateUpdate
+    from .job import Job
+
+log = logging.getLogger("launchers.jobs")
+
+BACKOFF = 1.5
+DEFAULT_POLL_TIMEOUT = 30.0
+
+
+class Tracker:
+    """Follows every job of one executor until it is final."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.jobs: dict[int, Job] = {}
+        self._cancels: dict[int, Job] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self.interval = executor.poll_min
+        self._outage_since: float | None = None
+        self._poll_now = False
+        #: Number of ``poll`` calls made (for tests and benchmarks).
+        self.cycles = 0
+
+    # -- called in the loop thread --------------------------------------------------------------
+
+    def add(self, job: Job) -> None:
+        """Follow ``job`` (loop thread); restarts the fast interval."""
+        self.jobs[id(job)] = job
+        self.interval = self.executor.poll_min
+        self._ensure_running()
+        self.wake()
+
+    def wake(self, *, poll_now: bool = False) -> None:
+        """Run a cycle soon (loop thread): a submission or a cancel happened. ``poll_now``
+        also makes that cycle query the executor at once (e.g. a local child just exited)."""
+        self.interval = self.executor.poll_min
+        if poll_now:
+            self._poll_now = True
+        if self._wake is not None:
+            self._wake.set()
+
+    def _add_cancel(self, job: Job) -> None:
+        self._cancels[id(job)] = job
+        self.jobs.setdefault(id(job), job)
+        self._ensure_running()
+        if self._wake is not None:
+            self._wake.set()
+
+    def _ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    # -- thread-safe -----------------------------------------------------------------------------
+
+    def request_cancel(self, job: Job) -> None:
+        """Queue ``job`` for the next cycle's single cancel call (any thread)."""
+        call_soon(self._add_cancel, job)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        last_full = float("-inf")
+        while True:
+            for key, job in list(self.jobs.items()):
+                if job.state.is_final and key not in self._cancels:
+                    del self.jobs[key]
+            if not self.jobs and not self._cancels:
+                self._task = None
+                return
+            changed = False
+            if self._cancels:
+                await self._send_cancels()
+            changed |= self._check_observers()
+            tracked = [j for j in self.jobs.values() if j.native_id and not j.observer and not j.state.is_final]
+            fast = self.executor.fast_interval
+            if fast is not None and tracked:
+                changed |= await self._apply(self.executor.fast_poll, tracked, quiet=True)
+            now = time.monotonic()
+            if self._poll_now or now - last_full >= self.interval - 0.01:
+                self._poll_now = False
+                last_full = now
+                if tracked:
+                    tracked = [j for j in tracked if not j.state.is_final]
+                    ok_before = self._outage_since is None
+                    changed |= await self._apply(self.executor.poll, tracked, quiet=False)
+                    self.cycles += 1
+                    if self._outage_since is not None:
+                        self.interval = self.executor.poll_max
+                    elif changed or not ok_before:
+                        self.interval = self.executor.poll_min
+                    else:
+                        self.interval = min(self.interval * BACKOFF, self.executor.poll_max)
+            elif changed:
+                self.interval = self.executor.poll_min
+            next_full = last_full + self.interval
+            delay = max(0.0, next_full - time.monotonic())
+            if fast is not None:
+                delay = min(delay, fast)
+            assert self._wake is not None
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=max(delay, 0.05))
+            except asyncio.TimeoutError:
+                pass
+
+    async def _apply(self, query: object, jobs: Sequence[Job], *, quiet: bool) -> bool:
+        timeout = float(getattr(self.executor, "poll_timeout", DEFAULT_POLL_TIMEOUT))
+        try:
+            updates: Mapping[Job, StateUpdate] = await asyncio.wait_for(query(jobs), timeout)  # type: ignore[operator]
+        except Exception as e:
+            if quiet:
+                log.debug("fast status check failed: %s", e)
+                return False
+            if self._outage_since is None:
+                self._outage_since = time.monotonic()
+                what = f"no answer in {timeout:.0f} s" if isinstance(e, asyncio.TimeoutError) else str(e)
+                log.warning("status query for %s jobs failed (no state changed): %s", self.executor.kind, what)
+            return False
+        if not quiet and self._outage_since is not None:
+            log.warning("status recovered after %.0f s", time.monotonic() - self._outage_since)
+            self._outage_since = None
+        changed = False
+        for job, update in updates.items():
+            try:
+                changed |= job.apply(update)
+            except Exception as e:  # one bad update (e.g. a disk error) must not stop the others
+                log.error("%s: could not record %s: %s", job.task_id, update.state, e)
+        return changed
+
+    async def _send_cancels(self) -> None:
+        batch = [j for j in self._cancels.values() if not j.state.is_final]
+        self._cancels.clear()
+        if not batch:
+            return
+        try:
+            await self.executor.cancel(batch)
+        except Exception as e:
+            log.error("cancel of %d job(s) failed: %s", len(batch), e)
+
+    def _check_observers(self) -> bool:
+        from .job import take_over
+
+        changed = False
+        for job in [j for j in self.jobs.values() if j.observer]:
+            changed |= job.refresh()
+            if job.state not in (JobState.WAITING, JobState.SUBMITTING):
+                job.observer = job.state.is_final
+                continue
+            try:
+                action = take_over(job)
+            except Exception as e:
+                log.error("%s: cannot take over the submission: %s", job.task_id, e)
+                continue
+            if action is not None:
+                self.executor.enqueue(job, reconcile=action == "reconcile")
+                changed = True
+        return changed

@@ -1,0 +1,575 @@
+"""Parse requirement strings (``duration=4h & cuda(mem=24G)*2 | cpu(cores=8)``) into values.
+
+The grammar lives in ``grammar.lark`` (LALR(1), built once on first use); an inline transformer
+builds the immutable values of ``values.py`` while parsing. A regular-expression fast path
+reads flat valid strings first and defers everything else to that parser. Every error,
+lexical, syntactic or semantic, becomes a ``RequirementSyntaxError`` with the line, the
+column and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, cast
+
+import attrs
+from lark import Lark, Token, Transformer
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+
+from ..errors import RequirementSyntaxError
+from ..units import DURATION_UNITS, SIZE_UNITS
+from .values import CPURequest, GPURequest, HostRequirement, Requirement, RequirementUnion
+
+__all__ = ["MAX_ALTERNATIVES", "MAX_GPUS", "parse"]
+
+#: Upper bound of ``*N`` and of the GPUs of one alternative (one host never has more).
+MAX_GPUS = 1024
+#: Upper bound of the alternatives of one requirement (``(a|b) & (c|d) & ...`` multiplies).
+MAX_ALTERNATIVES = 4096
+
+_GRAMMAR = Path(__file__).with_name("grammar.lark")
+
+_ATOMS = "duration=..., cuda(...) or cpu(...)"
+_KEYS = {"cuda": ("mem",), "cpu": ("mem", "cores")}
+_SIZE_EXAMPLE = "a size such as 24G"
+_DURATION_EXAMPLE = "a duration such as 4h"
+
+
+class _Fail(Exception):
+    """Internal: a semantic error at a token, turned into RequirementSyntaxError by ``parse``."""
+
+    def __init__(self, message: str, token: Token | None, expected: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.token = token
+        self.expected = expected
+
+
+def _number(tok: Token) -> Fraction:
+    return Fraction(str(tok))
+
+
+def _size(key: Token, parts: list[Any]) -> int:
+    """Bytes from the (number, unit) tokens of ``mem=...``: exactly one number with a unit."""
+    if len(parts) != 2:
+        raise _Fail("a size is one number and one unit, such as 24G or 1.5GiB", parts[2])
+    number, unit = parts
+    if unit is None:
+        raise _Fail(
+            f"{key}={number}: a size needs a unit; write {number}G (binary, as in Slurm), "
+            f"{number}M or {number}GB",
+            number,
+            (_SIZE_EXAMPLE,),
+        )
+    factor = SIZE_UNITS.get(unit.lower())
+    if factor is None:
+        raise _Fail(
+            f"unknown size unit {str(unit)!r}; use B, K/M/G/T (binary, as in Slurm), "
+            "KiB/MiB/GiB/TiB or KB/MB/GB/TB (decimal)",
+            unit,
+        )
+    return math.ceil(_number(number) * factor)
+
+
+def _duration(parts: list[Any]) -> int:
+    """Seconds from ``4 days`` or ``1h30m`` (parts in decreasing units, each with a unit)."""
+    total = Fraction(0)
+    previous = 0
+    for i in range(0, len(parts), 2):
+        number, unit = parts[i], parts[i + 1]
+        if unit is None:
+            raise _Fail(
+                f"duration={number}: a duration needs a unit ({number}s, {number}m, {number}h, "
+                f"{number}d or {number}w)",
+                number,
+                (_DURATION_EXAMPLE,),
+            )
+        factor = DURATION_UNITS.get(unit.lower())
+        if factor is None:
+            raise _Fail(
+                f"unknown duration unit {str(unit)!r}; use s/sec/second(s), m/min/minute(s), "
+                "h/hour(s), d/day(s) or w/week(s)",
+                unit,
+            )
+        if previous and factor >= previous:
+            raise _Fail(
+                "in a duration of several parts (such as 1h30m), each unit must be smaller than "
+                "the one before",
+                unit,
+            )
+        previous = factor
+        total += _number(number) * factor
+    return math.ceil(total)
+
+
+def _gpus_only(value: Requirement) -> bool:
+    """True when ``value`` asks for GPUs and nothing else (so ``*N`` means N times them)."""
+    for alt in value.requirements:
+        if alt.duration or alt.cpu != _NO_CPU or not alt.cuda_gpus:
+            return False
+    return True
+
+
+_NO_CPU = CPURequest()
+
+
+class _Build(Transformer[Token, RequirementUnion]):
+    """Inline LALR callbacks: each rule reduction builds an immutable requirement value."""
+
+    def start(self, children: list[Any]) -> RequirementUnion:
+        value: RequirementUnion = children[0]
+        return value
+
+    def union(self, children: list[Any]) -> RequirementUnion:
+        alts: list[HostRequirement] = []
+        for child in children:
+            alts.extend(child.requirements)
+        return RequirementUnion(tuple(alts))
+
+    def alternative(self, children: list[Any]) -> Requirement:
+        if len(children) == 1:
+            result: Requirement = children[0]
+            return result
+        if all(type(c) is HostRequirement for c in children):
+            duration = cores = memory = 0
+            gpus: tuple[GPURequest, ...] = ()
+            for c in children:
+                duration = max(duration, c.duration)
+                cores = max(cores, c.cpu.cores)
+                memory = max(memory, c.cpu.memory)
+                gpus += c.cuda_gpus
+            if len(gpus) > MAX_GPUS:
+                raise _Fail(f"more than {MAX_GPUS} GPUs in one alternative", None)
+            return HostRequirement(duration, CPURequest(memory, cores), gpus)
+        value = children[0]
+        for c in children[1:]:
+            value = value & c
+            if len(value.requirements) > MAX_ALTERNATIVES:
+                raise _Fail(
+                    f"more than {MAX_ALTERNATIVES} alternatives after distributing '&'", None
+                )
+        for alt in value.requirements:
+            if len(alt.cuda_gpus) > MAX_GPUS:
+                raise _Fail(f"more than {MAX_GPUS} GPUs in one alternative", None)
+        return value
+
+    def repeat(self, children: list[Any]) -> Requirement:
+        value, star, count = children
+        if "." in count:
+            raise _Fail(
+                f"*{count}: the GPU count must be a whole number", count, ("a count such as 2",)
+            )
+        n = int(count)
+        if n < 1:
+            raise _Fail(
+                f"*{count}: the GPU count must be at least 1", count, ("a count such as 2",)
+            )
+        if n > MAX_GPUS:
+            raise _Fail(f"*{count}: at most {MAX_GPUS} GPUs", count)
+        if not _gpus_only(value):
+            raise _Fail(
+                "'*N' repeats GPUs: it must follow cuda(...) (or a parenthesized group of "
+                "cuda(...) requests), not duration=... or cpu(...)",
+                star,
+            )
+        result: Requirement = value * n
+        return result
+
+    def setting(self, children: list[Any]) -> HostRequirement:
+        name: Token = children[0]
+        if name != "duration":
+            if name in _KEYS:
+                raise _Fail(f"{name} takes arguments: write {name}(...)", name, (f"'{name}('",))
+            raise _Fail(_unknown_atom(name), name, _atom_names())
+        return HostRequirement(duration=_duration(children[1:]))
+
+    def argument(self, children: list[Any]) -> tuple[Token, list[Any]]:
+        return children[0], children[1:]
+
+    def call(self, children: list[Any]) -> HostRequirement:
+        name: Token = children[0]
+        keys = _KEYS.get(str(name))
+        if keys is None:
+            if name == "duration":
+                raise _Fail("duration is not a function: write duration=4h", name, ("'duration='",))
+            raise _Fail(_unknown_atom(name), name, _atom_names())
+        seen: dict[str, Token] = {}
+        memory = 0
+        cores = 1
+        for arg in children[1:]:
+            if arg is None:
+                continue
+            key, parts = arg
+            if key not in keys:
+                raise _Fail(
+                    f"unknown key {str(key)!r} in {name}(...); {name} accepts "
+                    + " and ".join(f"{k}=" for k in keys)
+                    + (" (keys are lower case)" if key.lower() in keys else ""),
+                    key,
+                    tuple(f"'{k}='" for k in keys),
+                )
+            if key in seen:
+                raise _Fail(f"key {str(key)!r} repeated in {name}(...)", key)
+            seen[key] = key
+            if key == "mem":
+                memory = _size(key, parts)
+            else:
+                cores = _cores(key, parts)
+        if name == "cuda":
+            return HostRequirement(cuda_gpus=(GPURequest(memory),))
+        return HostRequirement(cpu=CPURequest(memory, cores))
+
+
+def _cores(key: Token, parts: list[Any]) -> int:
+    number, unit = parts[0], parts[1]
+    if len(parts) != 2 or unit is not None:
+        bad = unit if unit is not None else parts[2]
+        raise _Fail("cores is a whole number without unit, such as cores=4", bad)
+    if "." in number:
+        raise _Fail(f"cores={number}: cores must be a whole number", number)
+    n = int(number)
+    if n < 1:
+        raise _Fail(f"cores={number}: cores must be at least 1", number)
+    return n
+
+
+def _unknown_atom(name: str) -> str:
+    hint = ""
+    if name.lower() in ("duration", "cuda", "cpu"):
+        hint = f" (keywords are lower case: {name.lower()})"
+    elif name.lower() in ("gpu", "gpus"):
+        hint = " (GPUs are requested with cuda(...))"
+    return f"unknown requirement {str(name)!r}; expected {_ATOMS}{hint}"
+
+
+def _atom_names() -> tuple[str, ...]:
+    return ("'duration='", "'cuda('", "'cpu('")
+
+
+# --- fast path ---------------------------------------------------------------------------
+#
+# Most requirement strings are flat (no parentheses) and valid. One compiled regular
+# expression per atom reads them about 20 times faster than the LALR parser (whose per-token
+# cost dominates on such short texts). It accepts only a strict subset of the grammar and
+# returns None on anything else (parentheses, errors, odd spacing), and the LALR parser then
+# decides, so answers and error messages are exactly the grammar's (tests/test_language.py
+# checks the two agree on random texts).
+
+_NUM = r"[0-9]+(?:\.[0-9]+)?"
+_FAST_ATOM = re.compile(
+    rf"""\s*(?:
+        duration\s*=\s*({_NUM}\s*[A-Za-z_]+(?:\s*{_NUM}\s*[A-Za-z_]+)*)  # duration
+      | (cuda|cpu)\s*\(([^()]*)\)(?:\s*\*\s*([0-9]+))?  # call, arguments, count
+    )\s*([&|]|\Z)  # separator""",
+    re.X,
+)
+_FAST_ARG = re.compile(rf"\s*(mem|cores)\s*=\s*({_NUM})\s*([A-Za-z_]+)?\s*\Z")
+_FAST_PART = re.compile(rf"({_NUM})\s*([A-Za-z_]+)")
+
+
+def _amount(number: str, factor: int) -> int | Fraction:
+    return Fraction(number) * factor if "." in number else int(number) * factor
+
+
+def _fast_args(fn: str, args: str) -> tuple[int, int] | None:
+    """(memory, cores) from the text between the parentheses; None if not clean."""
+    memory = 0
+    cores = 1
+    seen = ""
+    for arg in args.split(","):
+        a = _FAST_ARG.match(arg)
+        if a is None:
+            return None
+        key, number, unit = a.groups()
+        if key in seen:
+            return None
+        seen += key
+        if key == "mem":
+            factor = SIZE_UNITS.get(unit.lower()) if unit else None
+            if factor is None:
+                return None
+            memory = math.ceil(_amount(number, factor))
+        elif fn == "cuda" or unit or "." in number or int(number) < 1:
+            return None
+        else:
+            cores = int(number)
+    return memory, cores
+
+
+def _fast_parse(text: str) -> RequirementUnion | None:
+    """Parse a flat, valid requirement string quickly; None means "ask the LALR parser"."""
+    alternatives: list[HostRequirement] = []
+    duration = memory = 0
+    cores = 1
+    gpus: list[GPURequest] = []
+    pos = 0
+    end = len(text)
+    match = _FAST_ATOM.match
+    while True:
+        m = match(text, pos)
+        if m is None:
+            return None
+        dur, fn, args, n, sep = m.groups()
+        if dur is not None:
+            total: int | Fraction = 0
+            previous = 0
+            for number, unit in _FAST_PART.findall(dur):
+                factor = DURATION_UNITS.get(unit.lower())
+                if factor is None or (previous and factor >= previous):
+                    return None
+                previous = factor
+                total += _amount(number, factor)
+            seconds = math.ceil(total)
+            if seconds > duration:
+                duration = seconds
+        else:
+            mem, ncores = 0, 1
+            if args and not args.isspace():
+                parsed = _fast_args(fn, args)
+                if parsed is None:
+                    return None
+                mem, ncores = parsed
+            if fn == "cuda":
+                if n is None:
+                    gpus.append(GPURequest(mem))
+                else:
+                    count = int(n)
+                    if not 1 <= count <= MAX_GPUS:
+                        return None
+                    gpus.extend((GPURequest(mem),) * count)
+            elif n is not None:
+                return None
+            else:
+                if mem > memory:
+                    memory = mem
+                if ncores > cores:
+                    cores = ncores
+        if sep != "&":
+            if len(gpus) > MAX_GPUS:
+                return None
+            alternatives.append(HostRequirement(duration, CPURequest(memory, cores), tuple(gpus)))
+            if not sep:
+                return RequirementUnion(tuple(alternatives))
+            duration = memory = 0
+            cores = 1
+            gpus = []
+        pos = m.end()
+        if pos >= end:
+            return None  # a trailing '&' or '|'
+
+
+_parser: Lark | None = None
+
+
+def _get_parser() -> Lark:
+    """Build the LALR parser once (about 50 ms), on first use."""
+    global _parser
+    if _parser is None:
+        _parser = Lark(
+            _GRAMMAR.read_text(encoding="utf-8"),
+            parser="lalr",
+            lexer="contextual",
+            transformer=_Build(),
+            maybe_placeholders=True,
+            propagate_positions=False,
+        )
+    return _parser
+
+
+def parse(text: str | Requirement) -> RequirementUnion:
+    """Parse a requirement string; always a union (one alternative when there is no ``|``).
+
+    A value already built in Python is returned as a union unchanged.
+    """
+    if isinstance(text, (HostRequirement, RequirementUnion)):
+        return text.as_union()
+    if not isinstance(text, str):
+        raise RequirementSyntaxError(
+            f"a requirement must be a string, not {type(text).__name__}", repr(text), 1, 1
+        )
+    fast = _fast_parse(text)
+    if fast is not None:
+        return fast
+    return _lalr_parse(text)
+
+
+def _lalr_parse(text: str) -> RequirementUnion:
+    """Parse ``text`` with the LALR parser of ``grammar.lark`` (the reference)."""
+    try:
+        result = cast(RequirementUnion, _get_parser().parse(text))
+    except _Fail as e:
+        raise _semantic_error(text, e) from None
+    except UnexpectedInput as e:
+        raise _syntax_error(text, e) from None
+    except LarkError as e:  # pragma: no cover - defensive: any other parser failure
+        raise RequirementSyntaxError(f"cannot parse requirement: {e}", text, 1, 1) from None
+    return result
+
+
+# --- error reporting (only on the error path) -------------------------------------------
+
+
+def _position(text: str, index: int) -> tuple[int, int]:
+    """1-based (line, column) of character ``index``; lines end at ``\\n`` only."""
+    line = text.count("\n", 0, index) + 1
+    column = index - (text.rfind("\n", 0, index) + 1) + 1
+    return line, column
+
+
+def _semantic_error(text: str, e: _Fail) -> RequirementSyntaxError:
+    if e.token is not None and e.token.line is not None and e.token.column is not None:
+        line, column = e.token.line, e.token.column
+    else:
+        line, column = 1, 1
+    return RequirementSyntaxError(e.message, text, line, column, e.expected)
+
+
+_TOKEN_RE = re.compile(r"\s*(?:([A-Za-z_]+)|([0-9]+(?:\.[0-9]+)?)|(\S))")
+
+
+@attrs.frozen
+class _Context:
+    """What precedes an error: the enclosing call (name, index), the key before '=', the last token."""
+
+    call: str
+    call_index: int
+    key: str
+    last: str
+    last_index: int
+    previous: str
+    depth: int
+
+
+def _context(prefix: str) -> _Context:
+    """Scan ``prefix`` (the text before an error) with a tiny tokenizer."""
+    stack: list[tuple[str, int]] = []
+    tokens: list[tuple[str, int]] = []
+    for m in _TOKEN_RE.finditer(prefix):
+        tok = m.group(1) or m.group(2) or m.group(3)
+        if tok is None:
+            continue
+        start = m.start(m.lastindex or 0)
+        if tok == "(":
+            if tokens and tokens[-1][0][0].isalpha():
+                stack.append(tokens[-1])
+            else:
+                stack.append(("", start))
+        elif tok == ")" and stack:
+            stack.pop()
+        tokens.append((tok, start))
+    last, last_index = tokens[-1] if tokens else ("", 0)
+    previous = tokens[-2][0] if len(tokens) >= 2 else ""
+    key = previous if last == "=" else ""
+    call, index = stack[-1] if stack else ("", 0)
+    return _Context(call, index, key, last, last_index, previous, len(stack))
+
+
+_PUNCT = {
+    "_BAR": "'|'",
+    "_AMP": "'&'",
+    "STAR": "'*'",
+    "_LPAR": "'('",
+    "_RPAR": "')'",
+    "_COMMA": "','",
+    "_EQUAL": "'='",
+    "$END": "end of text",
+}
+_ORDER = ["WORD", "NUMBER", "_EQUAL", "_LPAR", "_COMMA", "_RPAR", "STAR", "_AMP", "_BAR", "$END"]
+
+
+def _human_expected(expected: set[str], ctx: _Context) -> tuple[str, ...]:
+    """Human names of the expected terminals, worded after what precedes the error."""
+    optional_only = "$END" in expected or "_AMP" in expected or "_COMMA" in expected
+    out: list[str] = []
+    for name in sorted(expected, key=lambda n: _ORDER.index(n) if n in _ORDER else 99):
+        if (name == "_RPAR" and ctx.depth == 0) or (name == "$END" and ctx.depth > 0):
+            continue  # LALR merges states: drop what this position cannot take
+        if name == "_EQUAL" and ctx.last in _KEYS:
+            continue
+        if name == "_LPAR" and ctx.last == "duration":
+            continue
+        if name == "WORD":
+            if optional_only:
+                continue  # a unit after a number: optional, not worth listing
+            if ctx.call in _KEYS and ctx.last in ("(", ","):
+                out.extend(f"'{k}='" for k in _KEYS[ctx.call])
+            else:
+                out.extend(_atom_names())
+        elif name == "NUMBER":
+            if optional_only:
+                continue
+            if ctx.last == "*":
+                out.append("a count such as 2")
+            elif ctx.key == "mem":
+                out.append(_SIZE_EXAMPLE)
+            elif ctx.key == "duration":
+                out.append(_DURATION_EXAMPLE)
+            elif ctx.key == "cores":
+                out.append("a whole number such as 4")
+            else:
+                out.append("a number")
+        else:
+            out.append(_PUNCT.get(name, name))
+    return tuple(out)
+
+
+def _expected_terminals(e: UnexpectedInput) -> set[str]:
+    """The terminals the parser could accept where it failed (from its LALR state)."""
+    state = getattr(e, "state", None)
+    try:
+        table = state.parse_conf.states[state.position]  # type: ignore[union-attr]
+        return {name for name in table if name.isupper() or name == "$END"}
+    except (AttributeError, KeyError, IndexError, TypeError):
+        if isinstance(e, UnexpectedToken):
+            return set(e.expected)
+        if isinstance(e, UnexpectedCharacters):
+            return set(e.allowed or ())
+        return set()
+
+
+def _syntax_error(text: str, e: UnexpectedInput) -> RequirementSyntaxError:
+    if isinstance(e, UnexpectedToken) and e.token.type == "$END":
+        index = len(text)
+        while index > 0 and text[index - 1].isspace():
+            index -= 1
+        found = ""
+    else:
+        index = e.pos_in_stream if e.pos_in_stream is not None else 0
+        m = _TOKEN_RE.match(text, index)
+        found = (m.group(1) or m.group(2) or m.group(3) or "") if m else ""
+    ctx = _context(text[:index])
+    if ctx.call and ctx.call not in _KEYS:
+        # ``foo(`` or ``duration(``: report the name, not what follows it
+        line, column = _position(text, ctx.call_index)
+        if ctx.call == "duration":
+            reason = "duration is not a function: write duration=4h"
+            return RequirementSyntaxError(reason, text, line, column, ("'duration='",))
+        return RequirementSyntaxError(_unknown_atom(ctx.call), text, line, column, _atom_names())
+    at_atom = ctx.previous in ("", "&", "|") or (ctx.previous == "(" and not ctx.call)
+    if ctx.last[:1].isalpha() and at_atom and ctx.last not in ("duration", *_KEYS):
+        # ``x`` or ``x y``: the word itself is the problem
+        line, column = _position(text, ctx.last_index)
+        return RequirementSyntaxError(_unknown_atom(ctx.last), text, line, column, _atom_names())
+    if ctx.call in _KEYS and ctx.previous in ("(", ",") and ctx.last[:1].isalpha():
+        keys = _KEYS[ctx.call]
+        if ctx.last not in keys:
+            line, column = _position(text, ctx.last_index)
+            reason = (
+                f"unknown key {ctx.last!r} in {ctx.call}(...); {ctx.call} accepts "
+                + " and ".join(f"{k}=" for k in keys)
+            )
+            return RequirementSyntaxError(
+                reason, text, line, column, tuple(f"'{k}='" for k in keys)
+            )
+    line, column = _position(text, index)
+    expected = _human_expected(_expected_terminals(e), ctx)
+    if found == "=" and ctx.last[:1].isalpha() and ctx.previous[:1].isdigit():
+        reason = f"unexpected '=' (a ',' missing before {ctx.last!r}?)"
+        return RequirementSyntaxError(reason, text, line, column, expected)
+    if found[:1].isalpha() and at_atom and found not in ("duration", *_KEYS):
+        return RequirementSyntaxError(_unknown_atom(found), text, line, column, expected)
+    reason = f"unexpected {found!r}" if found else "unexpected end of text"
+    return RequirementSyntaxError(reason, text, line, column, expected)

@@ -1,0 +1,48 @@
+"""``DirectLauncher``: run on a local (or SSH-reached) machine described by a ``local`` group."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from ..config.model import LocalGroup
+from ..language.values import HostRequirement
+from ..launcher import Launcher
+
+
+@attrs.frozen(kw_only=True)
+class DirectLauncher(Launcher):
+    """A local group and the alternative of the requirement it was chosen for."""
+
+    group: LocalGroup = attrs.field(factory=lambda: LocalGroup(implicit=True), repr=lambda g: repr(g.label))
+    alternative: int = 0
+    requirement: HostRequirement = attrs.field(factory=HostRequirement)
+    #: why the finder chose this, formatted when read (see ``explanation``)
+    why: Iterable[str] = attrs.field(default=(), eq=False, repr=False)
+
+    @property
+    def explanation(self) -> tuple[str, ...]:
+        """Why the finder chose this launcher (soundness notes included)."""
+        return tuple(self.why)
+
+    @property
+    def kind(self) -> str:
+        return "local"
+
+    @property
+    def connector(self) -> str:
+        """``local``, or the SSH connector the group runs through."""
+        return self.group.connector
+
+    @property
+    def group_id(self) -> str:
+        """The group id, or ``local[index]``."""
+        return self.group.label
+
+    def sbatch_args(self) -> list[str]:
+        """No scheduler options: always empty (kept so every launcher answers it)."""
+        return []
+
+
+__all__ = ["DirectLauncher"]

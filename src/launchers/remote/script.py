@@ -1,0 +1,229 @@
+"""What a remote run sends (remote-sites.md §3.1-§3.2): ``job.sh`` and UNICORE's job description.
+
+Pure renderers: values in, text or JSON-ready dicts out. The script runs each step of the
+environment only if the previous one succeeded, names a failing step in ``job.err`` and writes
+``job.rc`` atomically on every exit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from .. import __version__
+from ..errors import ScriptError
+from ..slurm.script import directive, sh_quote, split_arg
+from .environment import Environment, Snippet
+from .resources import Resources
+
+_NAME_BAD = re.compile(r"[^A-Za-z0-9_.-]")
+UNICORE_EXECUTABLE = "./job.sh"
+
+
+def quote_variable(value: str) -> str:
+    """A ``Variables`` value: double quotes, ``\\ " `` ` `` escaped and ``$(`` as ``\\$(``.
+
+    ``$NAME`` and ``${NAME}`` still expand on the compute node; command substitution does not.
+    """
+    if "\0" in value:
+        raise ScriptError("a variable value contains a NUL character")
+    text = value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`").replace("$(", "\\$(")
+    return f'"{text}"'
+
+
+def job_name(text: str, limit: int = 64) -> str:
+    """A UNICORE/Slurm job name: characters outside ``[A-Za-z0-9_.-]`` become ``_``, at most 64."""
+    name = _NAME_BAD.sub("_", text)[:limit]
+    return name or "launchers"
+
+
+@attrs.frozen
+class JobScriptSpec:
+    """Everything ``job.sh`` needs; ``run_dir`` is None for UNICORE (``$UC_WORKING_DIRECTORY``)."""
+
+    environment: Environment
+    command: str
+    transport: str  # "unicore" | "firecrest"
+    run_dir: str | None = None
+    job_name: str = "launchers"
+    #: firecREST: sbatch options (long name, value) from Resources or the finder, account included
+    sbatch: tuple[tuple[str, str | bool], ...] = ()
+    #: literal exports (``--pass-env``, ``MLFLOW_*``), single-quoted
+    exports: tuple[tuple[str, str], ...] = ()
+    cpus_per_node: int | None = None
+    run_id: str = ""
+
+
+def sbatch_pairs(resources: Resources, account: str | None, gpu_option: str = "gpus-per-node") -> tuple[tuple[str, str | bool], ...]:
+    """firecREST ``#SBATCH`` options from a Compute Backend Config's ``Resources`` (§1.2)."""
+    pairs: list[tuple[str, str | bool]] = list(resources.sbatch_options(gpu_option))
+    if account:
+        pairs.append(("account", account))
+    return tuple(pairs)
+
+
+def finder_pairs(sbatch_args: Sequence[str], account: str | None = None) -> tuple[tuple[str, str | bool], ...]:
+    """``#SBATCH`` options from a finder match (``launcher.sbatch_args()``), ``--account`` added
+    when the finder did not choose one."""
+    pairs = [split_arg(a) for a in sbatch_args]
+    if account and not any(n == "account" for n, _ in pairs):
+        pairs.append(("account", account))
+    return tuple(pairs)
+
+
+def apptainer_prefix(env: Environment) -> str:
+    """``srun apptainer run OPTIONS IMAGE`` (options and image written like Variables values)."""
+    assert env.apptainer is not None
+    words = ["srun", "apptainer", "run"]
+    words += [quote_variable(w) for w in env.apptainer.options]
+    words.append(quote_variable(env.apptainer.image_name))
+    return " ".join(words)
+
+
+def command_line(env: Environment, command: str) -> str:
+    """The line that runs the command (step 5): through ``eval``, or after the Apptainer prefix
+    (a one-line command word by word, a multi-line one as ``bash -c 'TEXT'``)."""
+    text = command.strip("\n")
+    if env.apptainer is None:
+        return f"eval {sh_quote(text, what='the command')}"
+    if "\n" in text:
+        return f"{apptainer_prefix(env)} bash -c {sh_quote(text, what='the command')}"
+    return f"{apptainer_prefix(env)} {text}"
+
+
+def _step(label: str, line: str) -> list[str]:
+    return [
+        'if [ "$launchers_rc" -eq 0 ]; then',
+        f"    launchers_step={sh_quote(label)}",
+        f"    {line} || launchers_failed {sh_quote(label)} $?",
+        "fi",
+    ]
+
+
+def _snippet(s: Snippet) -> list[str]:
+    return _step(s.label, f"eval {sh_quote(s.text, what=s.label)}")
+
+
+_FINISH = r"""launchers_rc=0
+launchers_step=
+launchers_failed_step=
+launchers_signal=null
+launchers_start=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+launchers_failed() {
+    launchers_rc=$2
+    launchers_failed_step=$1
+    echo "launchers: $1 failed with exit code $2" >&2
+}
+launchers_finish() {
+    local code=$?
+    if [ -n "$launchers_step" ] && [ "$launchers_rc" -eq 0 ]; then
+        launchers_rc=$code
+        launchers_failed_step=$launchers_step
+        [ "$launchers_rc" -eq 0 ] && launchers_rc=1
+        echo "launchers: $launchers_step ended the script with exit code $code" >&2
+    fi
+    local host native tmp
+    host=$(hostname 2>/dev/null || echo unknown)
+    native=${SLURM_JOB_ID:+\"$SLURM_JOB_ID\"}
+    tmp="$LAUNCHERS_WORKDIR/.job.rc.$$"
+    printf '{"rc": %d, "signal": %s, "attempt": 1, "native_id": %s, "host": "%s", "start": "%s", "end": "%s", "step": "%s"}\n' \
+        "$launchers_rc" "$launchers_signal" "${native:-null}" "$host" "$launchers_start" \
+        "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$launchers_failed_step" > "$tmp" \
+        && { sync "$tmp" 2>/dev/null; mv -f "$tmp" "$LAUNCHERS_WORKDIR/job.rc"; }
+    exit "$launchers_rc"
+}
+trap launchers_finish EXIT
+trap 'launchers_signal=15; launchers_rc=143; exit 143' TERM
+trap 'launchers_signal=2; launchers_rc=130; exit 130' INT"""
+
+
+def render_job_script(spec: JobScriptSpec) -> str:
+    """``job.sh`` for a UNICORE or firecREST run: steps (1) to (7) of §3.1."""
+    env = spec.environment
+    lines = ["#!/bin/bash -l"]
+    if spec.transport == "firecrest":
+        if not spec.run_dir:
+            raise ScriptError("a firecREST job script needs its run directory")
+        lines.append(directive("job-name", job_name(spec.job_name)))
+        lines.append(directive("output", f"{spec.run_dir}/job.out"))
+        lines.append(directive("error", f"{spec.run_dir}/job.err"))
+        owned = {"job-name", "output", "error"}
+        for name, value in spec.sbatch:
+            if name in owned:
+                raise ScriptError(f"--{name} is set by launchers; remove it from the options")
+            lines.append(directive(name, value))
+    elif spec.transport != "unicore":
+        raise ScriptError(f"unknown transport {spec.transport!r} (unicore or firecrest)")
+    lines.append(f"# generated by launchers {__version__}" + (f" for run {spec.run_id}" if spec.run_id else ""))
+    # (2) the run directory
+    target = '"$UC_WORKING_DIRECTORY"' if spec.transport == "unicore" else sh_quote(spec.run_dir or "")
+    lines.append(f'cd {target} || {{ echo "launchers: cannot enter the run directory" >&2; exit 1; }}')
+    lines.append('export LAUNCHERS_WORKDIR="$PWD"')
+    lines.append('export MANTIK_WORKING_DIRECTORY="$LAUNCHERS_WORKDIR"')
+    lines.append(_FINISH)
+    # (3) variables
+    for name, value in env.variables:
+        lines.append(f"export {name}={quote_variable(value)}")
+    if spec.cpus_per_node is not None and "SRUN_CPUS_PER_TASK" not in env.variable_names:
+        lines.append(f'export SRUN_CPUS_PER_TASK="{spec.cpus_per_node}"')
+    for name, value in spec.exports:
+        lines.append(f"export {name}={sh_quote(value, what=name)}")
+    # (4) modules, pre-run commands, the virtual environment
+    for i, module in enumerate(env.modules):
+        lines += _step(f"Modules[{i}]", f"module load {sh_quote(module, what='a module name')}")
+    for s in env.pre_compute:
+        lines += _snippet(s)
+    if env.python is not None:
+        activate = env.python.rstrip("/") + "/bin/activate"
+        lines += _step("Python", f"source {sh_quote(activate, what='Python')}")
+    # (5) the command, (6) post-run commands
+    lines += _step("the command", command_line(env, spec.command))
+    for s in env.post_compute:
+        lines += _snippet(s)
+    # (7) job.rc and the exit code (by the EXIT trap)
+    lines.append("launchers_step=")
+    lines.append('exit "$launchers_rc"')
+    return "\n".join(lines) + "\n"
+
+
+def login_chain(snippets: Sequence[Snippet]) -> str:
+    """Login-node commands as one shell text, each run only if the previous succeeded."""
+    if len(snippets) == 1:
+        return snippets[0].text
+    return " && ".join(f"eval {sh_quote(s.text, what=s.label)}" for s in snippets)
+
+
+def unicore_description(
+    *,
+    name: str,
+    resources: Resources,
+    environment: Environment,
+    account: str | None = None,
+    task_id: str | None = None,
+    gpu_resource_name: str = "GPUsPerNode",
+) -> dict[str, Any]:
+    """UNICORE's job description (§3.2), with only the keys that are set."""
+    desc: dict[str, Any] = {
+        "Name": job_name(name),
+        "Executable": UNICORE_EXECUTABLE,
+        "Arguments": [],
+        "Stdout": "job.out",
+        "Stderr": "job.err",
+        "haveClientStageIn": "true",
+    }
+    res = resources.unicore(gpu_resource_name)
+    if res:
+        desc["Resources"] = res
+    if account:
+        desc["Project"] = account
+    desc["Tags"] = ["launchers", task_id] if task_id else ["launchers"]
+    if environment.pre_login:
+        desc["User precommand"] = login_chain(environment.pre_login)
+        desc["RunUserPrecommandOnLoginNode"] = "true"
+    if environment.post_login:
+        desc["User postcommand"] = login_chain(environment.post_login)
+        desc["RunUserPostcommandOnLoginNode"] = "true"
+    return desc

@@ -1,0 +1,28 @@
+"""``UnicoreLauncher``: a UNICORE site group and the options for its one ``Queue`` (a value).
+
+A UNICORE job names one queue, so the finder keeps only the best candidate's partition, with
+that partition's matching constraint clauses (remote-sites.md §2). Transport lives elsewhere.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..slurm.launcher import SlurmLikeLauncher
+
+
+@attrs.frozen(kw_only=True)
+class UnicoreLauncher(SlurmLikeLauncher):
+    """Submits through a UNICORE REST core API."""
+
+    @property
+    def kind(self) -> str:
+        return "unicore"
+
+    @property
+    def connector(self) -> str:
+        """UNICORE sites are reached through their API only."""
+        return "unicore"
+
+
+__all__ = ["UnicoreLauncher"]

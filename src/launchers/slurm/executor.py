@@ -1,0 +1,954 @@
+"""``SlurmExecutor``: submission (§4), tracking (§5), cancel (§7), arrays (§8), requeue (§9).
+
+One executor per (connector, cluster) per process (``executor_key``). All its work runs on the
+background loop. Pure pieces live in ``script``, ``parse`` and ``states``; this module only
+decides and does I/O through a ``Connector`` (this machine or SSH).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import logging
+import os
+import random
+import shlex
+import signal as signal_module
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..connectors.base import CommandResult, Connector
+from ..errors import ConnectorError, LaunchersError, ScriptError, SubmissionError
+from ..jobs.executor import Executor, StateUpdate
+from ..jobs.record import RC, STDOUT, now_iso, parse_rc
+from ..jobs.state import JobState
+from . import parse as P
+from .script import (
+    ArraySpec,
+    ScriptSpec,
+    index_text,
+    job_name,
+    render_array_script,
+    render_script,
+    submission_environ,
+)
+from .states import SlurmStatus, UnknownStateWarner, cancel_reason, is_fatal_reason, map_state
+
+if TYPE_CHECKING:
+    from ..jobs.job import Job
+    from ..jobs.record import RcRecord
+    from ..launcher import Launcher
+
+log = logging.getLogger("launchers.slurm")
+
+MAX_CONCURRENT_SBATCH = 4
+SBATCH_TIMEOUT = 60.0
+QUERY_TIMEOUT = 30.0
+RETRY_FIRST = 2.0
+RETRY_TOTAL = 300.0
+SUBMIT_LIMIT_WAIT = 60.0
+SACCT_GRACE = 120.0
+LOST_AFTER = 600.0
+LOST_POLLS = 3
+FATAL_CONFIRM = 60.0
+MAX_ID_LIST = 32 * 1024
+DEFAULT_MAX_REQUEUES = 3
+#: Test hook: kill this process (SIGKILL) right after sbatch answers, before recording the id.
+KILL_AFTER_SBATCH_ENV = "LAUNCHERS_TEST_KILL_AFTER_SBATCH"
+
+
+def _setting(launcher: Any, name: str, default: Any) -> Any:
+    """A launcher setting, else the group's, else ``default`` (None counts as unset)."""
+    value = getattr(launcher, name, None)
+    if value is None:
+        value = getattr(getattr(launcher, "group", None), name, None)
+    return default if value is None else value
+
+
+def _cluster_of(launcher: Any) -> str | None:
+    for name, value in getattr(launcher, "extra_options", ()) or ():
+        if name in ("clusters", "cluster") and isinstance(value, str):
+            return value
+    return None
+
+
+def executor_key(launcher: Launcher) -> tuple[Any, ...]:
+    """``("slurm", connector, cluster)``."""
+    return ("slurm", getattr(launcher, "connector", "local") or "local", _cluster_of(launcher))
+
+
+def create_executor(launcher: Launcher) -> SlurmExecutor:
+    """The executor for ``launcher``'s connector and cluster (called once per key)."""
+    return SlurmExecutor(launcher)
+
+
+def _parse_time(text: str | None) -> float | None:
+    """Epoch seconds of an ISO time (record or Slurm's local ``2026-01-01T10:00:00``)."""
+    if not text:
+        return None
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.astimezone()
+    return dt.timestamp()
+
+
+def _slurm_time(text: str | None) -> str | None:
+    """Slurm's local time with the local offset (as the records' other times)."""
+    t = _parse_time(text)
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+@attrs.frozen
+class Row:
+    """One job's line, from sacct or squeue, normalised."""
+
+    job_id: str
+    state: str
+    reason: str | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    start: str | None = None
+    end: str | None = None
+    source: str = "sacct"
+
+
+class SlurmExecutor(Executor):
+    """Runs jobs of Slurm launchers sharing one connector and cluster."""
+
+    kind = "slurm"
+    poll_min = 2.0
+    poll_max = 60.0
+    poll_timeout = 2 * QUERY_TIMEOUT + 5
+
+    def __init__(self, launcher: Launcher) -> None:
+        super().__init__(executor_key(launcher))
+        self.launcher = launcher
+        self.connector_name: str = getattr(launcher, "connector", "local") or "local"
+        self.cluster: str | None = _cluster_of(launcher)
+        self.group = getattr(launcher, "group", None)
+        self._connector: Connector | None = None
+        self.fast_interval = 1.0 if self.connector_name == "local" else None
+        source = str(getattr(self.group, "status_source", "auto") or "auto").lower()
+        if source not in ("auto", "sacct", "squeue"):
+            raise LaunchersError(f"status_source: {source!r} is not auto, sacct or squeue")
+        self.status_source = source
+        self._accounting: bool | None = None if source == "auto" else source == "sacct"
+        self._sem: asyncio.Semaphore | None = None
+        self._backoff_until = 0.0
+        self._held: dict[int, Job] = {}
+        self._slot_freed: asyncio.Event | None = None
+        self._user: tuple[str, int] | None = None
+        self._max_array: int | None = None
+        self.warn_unknown = UnknownStateWarner()
+        #: Slurm commands run, by name (benchmarks and tests read it).
+        self.commands: dict[str, int] = {}
+        self._collect = threading.local()
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    @property
+    def connector(self) -> Connector:
+        if self._connector is None:
+            from ..connectors.registry import get_connector
+
+            config = None
+            if self.connector_name != "local":
+                from ..config.loader import load_config
+
+                path = getattr(getattr(self.group, "position", None), "file", None)
+                config = load_config(path)
+            self._connector = get_connector(self.connector_name, config)
+        return self._connector
+
+    @property
+    def is_local(self) -> bool:
+        return self.connector_name == "local"
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(MAX_CONCURRENT_SBATCH)
+        return self._sem
+
+    def _slot_event(self) -> asyncio.Event:
+        if self._slot_freed is None:
+            self._slot_freed = asyncio.Event()
+        return self._slot_freed
+
+    def _cluster_args(self, cluster: str | None = None) -> list[str]:
+        c = cluster or self.cluster
+        return [f"--clusters={c}"] if c else []
+
+    async def _run(
+        self, argv: Sequence[str], *, timeout: float = QUERY_TIMEOUT, cwd: str | None = None
+    ) -> CommandResult:
+        name = argv[0]
+        if argv[0] == "env":
+            name = next((a for a in argv[1:] if not a.startswith("-") and a not in self._unset), argv[-1])
+        self.commands[name] = self.commands.get(name, 0) + 1
+        return await self.connector.run(list(argv), timeout=timeout, cwd=cwd)
+
+    _unset: frozenset[str] = frozenset()
+
+    async def user(self) -> tuple[str, int]:
+        """The submitting user's name and uid on the cluster side."""
+        if self._user is None:
+            if self.is_local:
+                self._user = (getpass.getuser(), os.getuid())
+            else:
+                res = await self.connector.run(["sh", "-c", "id -un; id -u"], timeout=QUERY_TIMEOUT)
+                lines = res.stdout.split()
+                if res.returncode != 0 or len(lines) < 2:
+                    raise ConnectorError(f"cannot read the remote user: {res.stderr.strip()}")
+                self._user = (lines[0], int(lines[1]))
+        return self._user
+
+    def _job_dir(self, job: Job) -> str:
+        """Where the job's files are on the cluster side."""
+        return str(job.directory)
+
+    # -- script ---------------------------------------------------------------------------------
+
+    def script_spec(self, job: Job, launcher: Any) -> ScriptSpec:
+        """The script inputs of ``job``'s current attempt."""
+        task = job.task
+        if task is None:
+            raise LaunchersError(f"job {job.task_id}: the task is unknown (re-submit it from its experiment)")
+        directory = self._job_dir(job)
+        python = _setting(launcher, "python", None) or (sys.executable if self.is_local else "python3")
+        if task.kind == "command":
+            argv = tuple(task.target)
+            check = None
+        else:
+            argv = (python, "-m", "launchers.run", directory)
+            check = python
+        env: dict[str, str] = {}
+        env.update(dict(getattr(self.group, "env", ()) or ()))
+        env.update(dict(getattr(launcher, "env", ()) or ()))
+        env.update(dict(task.env))
+        return ScriptSpec(
+            job_dir=directory,
+            task_id=task.task_id,
+            job_name=job_name(task.name, task.digest, job.attempt),
+            argv=argv,
+            attempt=job.attempt,
+            cwd=task.cwd,
+            export=_setting(launcher, "export", "ALL"),
+            env=tuple(env.items()),
+            directives=tuple(launcher.options.sbatch_args()),
+            sbatch_options=tuple(getattr(launcher, "extra_options", ()) or ()),
+            resumable=bool(task.resumable),
+            max_requeues=int(_setting(launcher, "max_requeues", DEFAULT_MAX_REQUEUES)),
+            resume_signal=str(_setting(launcher, "resume_signal", "USR1")),
+            resume_grace=int(_setting(launcher, "resume_grace", 120)),
+            python=check,
+        )
+
+    def _sbatch_argv(self, script: str) -> list[str]:
+        argv = ["sbatch", "--parsable", *self._cluster_args(), script]
+        if self.is_local:
+            drop = sorted(set(os.environ) - set(submission_environ(os.environ)))
+            if drop:
+                prefix = ["env"]
+                for name in drop:
+                    prefix += ["-u", name]
+                self._unset = frozenset(drop)
+                return prefix + argv
+        return argv
+
+    # -- submission (§4) ------------------------------------------------------------------------
+
+    def owns_waiting(self, job: Job) -> bool:
+        return id(job) in self._held
+
+    def enqueue(self, job: Job, *, reconcile: bool = False) -> None:
+        """Collect jobs inside ``array()`` blocks; otherwise as every executor."""
+        bucket = getattr(self._collect, "bucket", None)
+        if bucket is not None and not reconcile and job.launcher is not None:
+            bucket.append(job)
+            return
+        super().enqueue(job, reconcile=reconcile)
+
+    async def submit(self, job: Job) -> None:
+        launcher = job.launcher or self.launcher
+        spec = self.script_spec(job, launcher)
+        text = render_script(spec)
+        directory = self._job_dir(job)
+        await self.connector.write_file(f"{directory}/job.sh", text.encode("utf-8"), mode=0o755)
+        job.apply(StateUpdate(state=JobState.SUBMITTING, detail="sbatch", job_name=spec.job_name, reason=""))
+        await self._submit_loop(job, spec.job_name, directory)
+
+    async def _submit_loop(self, job: Job, name: str, directory: str) -> None:
+        deadline = time.monotonic() + RETRY_TOTAL
+        delay = RETRY_FIRST
+        last_error = ""
+        while True:
+            wait = self._backoff_until - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            try:
+                async with self._semaphore():
+                    res = await self._run(self._sbatch_argv("job.sh"), timeout=SBATCH_TIMEOUT, cwd=directory)
+                if os.environ.get(KILL_AFTER_SBATCH_ENV) and res.returncode == 0:
+                    os.kill(os.getpid(), signal_module.SIGKILL)
+                if res.returncode == 0:
+                    native_id, cluster = P.parse_sbatch_id(res.stdout, res.stderr)
+                    await self._accepted(job, native_id, cluster)
+                    return
+                message = P.sbatch_message(res.stdout, res.stderr)
+                kind = P.classify_sbatch_error(message)
+            except ConnectorError as e:
+                message, kind = str(e), P.TRANSIENT
+            except SubmissionError as e:
+                job.apply(StateUpdate(state=JobState.FAILED, detail="sbatch", reason=str(e)))
+                log.error("%s: %s", job.task_id, e)
+                return
+            if kind == P.SUBMIT_LIMIT:
+                await self._hold_for_limit(job, message)
+                return
+            if kind == P.REJECTED:
+                log.error("%s: sbatch refused the job: %s", job.task_id, message)
+                job.apply(StateUpdate(state=JobState.FAILED, detail="sbatch refused", reason=message))
+                return
+            # transient: the submission may have been accepted; look for it by name first
+            last_error = message
+            with contextlib.suppress(Exception):
+                if await self._adopt_by_name(job, name):
+                    return
+            if time.monotonic() + delay > deadline:
+                log.error("%s: sbatch kept failing for %.0f s: %s", job.task_id, RETRY_TOTAL, last_error)
+                job.apply(StateUpdate(state=JobState.FAILED, detail="sbatch", reason=last_error))
+                return
+            log.warning("%s: sbatch failed (%s); retrying in %.0f s", job.task_id, message, delay)
+            jittered = delay * random.uniform(0.8, 1.2)
+            self._backoff_until = max(self._backoff_until, time.monotonic() + jittered)
+            await asyncio.sleep(jittered)
+            delay *= 2
+
+    async def _accepted(self, job: Job, native_id: str, cluster: str | None) -> None:
+        if cluster and not self.cluster:
+            self.cluster = cluster
+        job.runtime["submitted_mono"] = time.monotonic()
+        job.apply(
+            StateUpdate(
+                state=JobState.PENDING,
+                detail=f"submitted as {native_id}",
+                native_id=native_id,
+                cluster=cluster or self.cluster,
+                submitted_at=now_iso(),
+                reason="",
+            )
+        )
+        self.tracker.wake()
+        if job.cancel_requested:
+            await self.cancel([job])
+
+    async def _hold_for_limit(self, job: Job, message: str) -> None:
+        self._held[id(job)] = job
+        job.apply(
+            StateUpdate(state=JobState.WAITING, detail="submit limit", reason=f"waiting: submit limit reached ({message})")
+        )
+        try:
+            event = self._slot_event()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(event.wait(), SUBMIT_LIMIT_WAIT)
+        finally:
+            self._held.pop(id(job), None)
+        if job.cancel_requested or job.state.is_final:
+            return
+        await self.submit(job)
+
+    async def find_by_name(self, name: str) -> list[str]:
+        """Ids of this user's jobs named ``name`` (squeue, and sacct over 7 days if available)."""
+        user, _ = await self.user()
+        ids: set[str] = set()
+        res = await self._run(
+            ["squeue", "--noheader", "--states=all", f"--user={user}", f"--name={name}", "--format=%A",
+             *self._cluster_args()]
+        )  # fmt: skip
+        if res.returncode == 0:
+            ids.update(P.parse_id_lines(res.stdout))
+        if self._accounting is not False:
+            start = (datetime.now() - timedelta(days=7)).strftime("%Y-%m-%dT%H:%M:%S")
+            res2 = await self._run(
+                ["sacct", "--noheader", "--parsable2", "--allocations", f"--name={name}", f"--user={user}",
+                 f"--starttime={start}", "--format=JobIDRaw", *self._cluster_args()]
+            )  # fmt: skip
+            if res2.returncode == 0:
+                ids.update(P.parse_id_lines(res2.stdout))
+            elif P.sacct_accounting_disabled(res2.returncode, res2.stderr, res2.stdout):
+                self._accounting = False
+        if res.returncode != 0 and not ids:
+            raise ConnectorError(f"squeue failed: {res.stderr.strip()}")
+        return sorted(ids, key=lambda i: int(i.split("_")[0]))
+
+    async def _adopt_by_name(self, job: Job, name: str) -> bool:
+        ids = await self.find_by_name(name)
+        if not ids:
+            return False
+        keep, extra = ids[0], ids[1:]
+        if extra:
+            log.warning("%s: several Slurm jobs named %s (%s); keeping %s and cancelling the others",
+                        job.task_id, name, ", ".join(ids), keep)  # fmt: skip
+            await self._run(["scancel", *self._cluster_args(), *extra])
+        await self._accepted(job, keep, None)
+        return True
+
+    async def reconcile(self, job: Job) -> None:
+        """A record found in SUBMITTING: adopt the job found by name, else submit (§4)."""
+        name = job.record.job_name
+        launcher = job.launcher or self.launcher
+        if not name and job.task is not None:
+            name = self.script_spec(job, launcher).job_name
+        if name and await self._adopt_by_name(job, name):
+            return
+        directory = self._job_dir(job)
+        if await self._banner_seen(directory, job.attempt):
+            rc = await self._read_rc(directory)
+            if rc is not None and rc.native_id:
+                job.apply(StateUpdate(native_id=rc.native_id, detail="found by job.rc"))
+                update = self._rc_update(job, rc)
+                if update is not None:
+                    job.apply(update)
+                    return
+            job.apply(StateUpdate(state=JobState.LOST, detail="reconcile",
+                                  reason="Slurm has no record of the job and it left no exit record"))  # fmt: skip
+            return
+        await self.submit(job)
+
+    async def _banner_seen(self, directory: str, attempt: int) -> bool:
+        try:
+            data = await self.connector.read_file(f"{directory}/{STDOUT}")
+        except (FileNotFoundError, ConnectorError, OSError):
+            return False
+        return f"==== launchers: attempt {attempt}, ".encode() in data
+
+    # -- job.rc ---------------------------------------------------------------------------------
+
+    async def _read_rc(self, directory: str) -> RcRecord | None:
+        try:
+            data = await self.connector.read_file(f"{directory}/{RC}", max_bytes=4096)
+        except (FileNotFoundError, OSError):
+            return None
+        return parse_rc(data.decode("utf-8", errors="replace"))
+
+    def _rc_matches(self, job: Job, rc: RcRecord) -> bool:
+        if rc.native_id is not None and job.native_id is not None:
+            return rc.native_id == job.native_id
+        return rc.attempt is None or rc.attempt >= job.attempt
+
+    def _rc_update(self, job: Job, rc: RcRecord) -> StateUpdate | None:
+        if not self._rc_matches(job, rc):
+            return None
+        self._note_restarts(job, rc.attempt)
+        if rc.success:
+            return StateUpdate(state=JobState.COMPLETED, detail="job.rc", exit_code=0, reason="",
+                               started_at=rc.start, ended_at=rc.end)  # fmt: skip
+        return None
+
+    def _note_restarts(self, job: Job, attempt: int | None) -> None:
+        """Slurm requeued the job in place: record the new attempt (same id, appended output)."""
+        if attempt is None or attempt <= job.attempt:
+            return
+        rec = job.record
+        while rec.attempt < attempt:
+            rec = attrs.evolve(
+                rec, attempt=rec.attempt + 1, attempts=(*rec.attempts, rec.archived("requeued by Slurm"))
+            ).transition(detail=f"attempt {rec.attempt + 1} (requeued by Slurm)")
+        job.replace_record(rec, write=True)
+
+    async def fast_poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+        """Every second on this machine: a ``job.rc`` with rc 0 completes a job, no Slurm call."""
+        out: dict[Job, StateUpdate] = {}
+        for job in jobs:
+            rc = await self._read_rc(self._job_dir(job))
+            if rc is None:
+                continue
+            update = self._rc_update(job, rc)
+            if update is not None:
+                out[job] = update
+            elif self._rc_matches(job, rc) and not job.runtime.get("rc_woke"):
+                job.runtime["rc_woke"] = True
+                self.tracker.wake()
+        if out:
+            self._slot_event().set()
+        return out
+
+    # -- tracking (§5) --------------------------------------------------------------------------
+
+    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+        if not self.is_local:
+            return await self._poll_remote(jobs)
+        rcs = {job: await self._read_rc(self._job_dir(job)) for job in jobs}
+        return await self._poll_with(jobs, rcs)
+
+    async def _poll_with(self, jobs: Sequence[Job], rcs: Mapping[Job, RcRecord | None]) -> dict[Job, StateUpdate]:
+        out: dict[Job, StateUpdate] = {}
+        rest: list[Job] = []
+        for job in jobs:
+            rc = rcs.get(job)
+            update = self._rc_update(job, rc) if rc is not None else None
+            if update is not None:
+                out[job] = update
+            else:
+                rest.append(job)
+        if rest:
+            rows, source = await self._query(rest)
+            now = time.time()
+            missing: list[Job] = []
+            for job in rest:
+                row = rows.get(job.native_id or "")
+                if row is None:
+                    if source == "sacct":
+                        submitted = _parse_time(job.record.submitted_at) or now
+                        if now - submitted >= SACCT_GRACE:
+                            missing.append(job)
+                        continue
+                    upd = self._gone(job, rcs.get(job), now)
+                else:
+                    job.runtime.pop("missing", None)
+                    upd = self._from_row(job, row, rcs.get(job), now)
+                if upd is not None:
+                    out[job] = upd
+            if missing:
+                rows2 = await self._squeue(missing)
+                for job in missing:
+                    row = rows2.get(job.native_id or "")
+                    upd = self._from_row(job, row, rcs.get(job), now) if row else self._gone(job, rcs.get(job), now)
+                    if upd is not None:
+                        out[job] = upd
+        if any(u.state is not None and u.state.is_final for u in out.values()):
+            self._slot_event().set()
+        return out
+
+    async def _query(self, jobs: Sequence[Job]) -> tuple[dict[str, Row], str]:
+        """ONE Slurm query for ``jobs``: sacct, or squeue without accounting (§5)."""
+        if self._accounting is not False:
+            try:
+                return await self._sacct(jobs), "sacct"
+            except _AccountingDisabled:
+                log.warning("Slurm accounting storage is disabled: following jobs with squeue and job.rc")
+                self._accounting = False
+            except _QueryFailed as e:
+                if self.status_source == "sacct":
+                    raise ConnectorError(str(e)) from None
+                log.info("sacct failed (%s); using squeue for this cycle", e)
+        return await self._squeue(jobs), "squeue"
+
+    async def _sacct(self, jobs: Sequence[Job]) -> dict[str, Row]:
+        ids = sorted({P.master_id(j.native_id or "") for j in jobs if j.native_id}, key=int)
+        argv = ["sacct", "--noheader", "--parsable2", "--allocations", f"--format={P.SACCT_FORMAT}",
+                *self._cluster_args()]  # fmt: skip
+        id_list = ",".join(ids)
+        if len(id_list) > MAX_ID_LIST:
+            user, _ = await self.user()
+            times = [t for t in (_parse_time(j.record.submitted_at) for j in jobs) if t is not None]
+            oldest = min(times) if times else time.time() - 86400
+            start = datetime.fromtimestamp(oldest - 3600).strftime("%Y-%m-%dT%H:%M:%S")
+            argv += [f"--user={user}", f"--starttime={start}"]
+        else:
+            argv.append(f"--jobs={id_list}")
+        res = await self._run(argv)
+        if res.returncode != 0:
+            if P.sacct_accounting_disabled(res.returncode, res.stderr, res.stdout):
+                raise _AccountingDisabled(res.stderr.strip())
+            raise _QueryFailed(f"sacct exited {res.returncode}: {res.stderr.strip()}")
+        return self._sacct_rows(res.stdout)
+
+    def _sacct_rows(self, stdout: str) -> dict[str, Row]:
+        rows, bad = P.parse_sacct(stdout)
+        for line in bad:
+            log.debug("unreadable sacct line: %r", line)
+        return {
+            r.job_id: Row(r.job_id, r.state, r.reason, r.exit_code, r.exit_signal, r.start, r.end, "sacct")
+            for r in rows
+        }
+
+    def _squeue_argv(self, user: str) -> list[str]:
+        return ["squeue", "--noheader", "--array", "--states=all", f"--user={user}",
+                f"--format={P.SQUEUE_FORMAT}", *self._cluster_args()]  # fmt: skip
+
+    async def _squeue(self, jobs: Sequence[Job]) -> dict[str, Row]:
+        user, _ = await self.user()
+        res = await self._run(self._squeue_argv(user))
+        if res.returncode != 0:
+            raise ConnectorError(f"squeue exited {res.returncode}: {res.stderr.strip()}")
+        return self._squeue_rows(res.stdout)
+
+    def _squeue_rows(self, stdout: str) -> dict[str, Row]:
+        rows, _bad = P.parse_squeue(stdout)
+        return {r.job_id: Row(r.job_id, r.state, r.reason, source="squeue") for r in rows}
+
+    # -- deciding a state -----------------------------------------------------------------------
+
+    def _from_row(self, job: Job, row: Row, rc: RcRecord | None, now: float) -> StateUpdate | None:
+        status = map_state(row.state)
+        if not status.known:
+            self.warn_unknown(row.state)
+            return None
+        state = JobState[status.state or "PENDING"]
+        rc_ok = rc is not None and self._rc_matches(job, rc)
+        if rc_ok and rc is not None:
+            self._note_restarts(job, rc.attempt)
+        common: dict[str, Any] = {"slurm_state": status.raw}
+        if row.start and status.slurm_state != "PENDING":
+            common["started_at"] = _slurm_time(row.start)
+        requeued = status.slurm_state in ("REQUEUED", "REQUEUE_FED") or (
+            state is JobState.PENDING and job.state in (JobState.RUNNING, JobState.SUSPENDED)
+        )
+        if requeued and job.runtime.get("requeue_seen") != job.record.attempt:
+            job.runtime["requeue_seen"] = job.record.attempt + 1
+            self._note_restarts(job, job.record.attempt + 1)
+        if state is JobState.PENDING:
+            return self._pending(job, status, row, now, common)
+        job.runtime.pop("fatal", None)
+        if not state.is_final:
+            return StateUpdate(state=state, detail=row.source, reason=status.note or "", **common)
+        if state in (JobState.TIMEOUT, JobState.PREEMPTED, JobState.NODE_FAIL) and self._requeue_fallback(job, state):
+            return None
+        ended = _slurm_time(row.end)
+        exit_code, sig = row.exit_code, row.exit_signal or None
+        if rc_ok and rc is not None:
+            exit_code, sig = rc.rc, rc.signal
+            ended = rc.end or ended
+        reason: str | None = None
+        if state is JobState.CANCELLED:
+            _, uid = self._user or (None, None)
+            reason = cancel_reason(status.cancelled_by, requested=job.cancel_requested, my_uid=uid)
+        elif state is JobState.FAILED:
+            reason = status.note or (f"killed by signal {sig}" if sig else f"exit code {exit_code}")
+        elif state is not JobState.COMPLETED:
+            reason = status.note or {
+                JobState.TIMEOUT: "time limit reached",
+                JobState.OUT_OF_MEMORY: "out of memory",
+                JobState.NODE_FAIL: "node failure",
+                JobState.PREEMPTED: "preempted",
+                JobState.BOOT_FAIL: "node boot failure",
+                JobState.DEADLINE: "deadline reached",
+            }.get(state, state.value.lower())
+        return StateUpdate(
+            state=state, detail=row.source, reason=reason or "", exit_code=exit_code, signal=sig,
+            ended_at=ended, **common,
+        )  # fmt: skip
+
+    def _pending(self, job: Job, status: SlurmStatus, row: Row, now: float, common: dict[str, Any]) -> StateUpdate:
+        reason = row.reason or ""
+        add = getattr(self.group, "fatal_reasons_add", ()) or ()
+        remove = getattr(self.group, "fatal_reasons_remove", ()) or ()
+        if is_fatal_reason(reason, add=add, remove=remove):
+            seen = job.runtime.get("fatal")
+            if seen is None or seen[0] != reason:
+                job.runtime["fatal"] = (reason, now)
+            elif now - seen[1] >= FATAL_CONFIRM:
+                mode = str(getattr(self.group, "fatal_pending", "cancel") or "cancel")
+                if mode == "cancel":
+                    job.runtime["unrunnable"] = reason
+                    asyncio.get_running_loop().create_task(self._cancel_ids([job.native_id or ""]))
+                    return StateUpdate(state=JobState.UNRUNNABLE, detail=row.source, slurm_state=status.raw,
+                                       reason=f"Slurm cannot run this job: {reason}")  # fmt: skip
+                return StateUpdate(state=JobState.PENDING, detail=row.source,
+                                   reason=f"pending forever: {reason}", **common)  # fmt: skip
+        else:
+            job.runtime.pop("fatal", None)
+        text = status.note or (reason if reason and reason != "None" else "")
+        return StateUpdate(state=JobState.PENDING, detail=row.source, reason=text, **common)
+
+    def _gone(self, job: Job, rc: RcRecord | None, now: float) -> StateUpdate | None:
+        """No scheduler record: decided by job.rc, else LOST after 3 polls spanning lost_after."""
+        if rc is not None and self._rc_matches(job, rc):
+            if rc.success:
+                return StateUpdate(state=JobState.COMPLETED, detail="job.rc", exit_code=0, reason="")
+            if job.cancel_requested:
+                return StateUpdate(state=JobState.CANCELLED, detail="job.rc", exit_code=rc.rc,
+                                   signal=rc.signal, reason="cancelled on request")  # fmt: skip
+            reason = f"killed by signal {rc.signal}" if rc.signal else f"exit code {rc.rc}"
+            return StateUpdate(state=JobState.FAILED, detail="job.rc", exit_code=rc.rc,
+                               signal=rc.signal, reason=reason, ended_at=rc.end)  # fmt: skip
+        first, count = job.runtime.get("missing", (now, 0))
+        count += 1
+        job.runtime["missing"] = (first, count)
+        lost_after = float(getattr(self.group, "lost_after", None) or LOST_AFTER)
+        if count >= LOST_POLLS and now - first >= lost_after:
+            return StateUpdate(state=JobState.LOST, detail="no record",
+                               reason="Slurm has no record of the job and it left no exit record")  # fmt: skip
+        return None
+
+    def _requeue_fallback(self, job: Job, state: JobState) -> bool:
+        """Resubmit a resumable job that ended in TIMEOUT/PREEMPTED/NODE_FAIL (§9)."""
+        task = job.task
+        if task is None or not task.resumable or job.cancel_requested:
+            return False
+        launcher = job.launcher or self.launcher
+        max_requeues = int(_setting(launcher, "max_requeues", DEFAULT_MAX_REQUEUES))
+        if job.attempt - 1 >= max_requeues:
+            return False
+        log.warning("%s: %s in Slurm; resubmitting (attempt %d)", job.task_id, state.value, job.attempt + 1)
+        rec = job.record.transition(slurm_state=state.value, reason=state.value.lower())
+        rec = attrs.evolve(rec, state=state).next_attempt(f"{state.value}: resubmitted")
+        rc = Path(job.directory) / RC
+        if rc.exists():
+            dest = Path(job.directory) / "attempts" / str(job.attempt)
+            dest.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                os.replace(rc, dest / RC)
+        job.replace_record(rec, write=True)
+        asyncio.get_running_loop().create_task(self._resubmit(job))
+        return True
+
+    async def _resubmit(self, job: Job) -> None:
+        try:
+            await self.submit(job)
+        except Exception as e:
+            log.error("%s: resubmission failed: %s", job.task_id, e)
+            job.apply(StateUpdate(state=JobState.FAILED, detail="resubmission", reason=str(e)))
+
+    # -- remote poll: one command per cycle ----------------------------------------------------
+
+    async def _poll_remote(self, jobs: Sequence[Job]) -> dict[Job, StateUpdate]:
+        user, _ = await self.user()
+        parts = []
+        for i, job in enumerate(jobs):
+            parts.append(f"printf '@@rc {i}\\n'; cat {shlex.quote(self._job_dir(job) + '/' + RC)} 2>/dev/null; echo")
+        ids = sorted({P.master_id(j.native_id or "") for j in jobs if j.native_id}, key=int)
+        use_sacct = self._accounting is not False
+        sacct = shlex.join(["sacct", "--noheader", "--parsable2", "--allocations", f"--format={P.SACCT_FORMAT}",
+                            f"--jobs={','.join(ids)}", *self._cluster_args()])  # fmt: skip
+        squeue = shlex.join(self._squeue_argv(user))
+        if use_sacct:
+            parts.append(f"printf '@@sacct\\n'; {sacct} 2>&1; printf '@@status %s\\n' $?")
+        parts.append(f"printf '@@squeue\\n'; {squeue} 2>&1; printf '@@status %s\\n' $?")
+        self.commands["remote-cycle"] = self.commands.get("remote-cycle", 0) + 1
+        res = await self.connector.run(["sh", "-c", "\n".join(parts)], timeout=QUERY_TIMEOUT)
+        sections: dict[str, list[str]] = {}
+        status: dict[str, int] = {}
+        current = ""
+        for line in res.stdout.splitlines():
+            if line.startswith("@@status "):
+                status[current] = int(line.split()[1])
+            elif line.startswith("@@"):
+                current = line[2:]
+                sections.setdefault(current, [])
+            else:
+                sections.setdefault(current, []).append(line)
+        rcs = {job: parse_rc("\n".join(sections.get(f"rc {i}", []))) for i, job in enumerate(jobs)}
+        out: dict[Job, StateUpdate] = {}
+        rest = []
+        for job in jobs:
+            rc = rcs[job]
+            upd = self._rc_update(job, rc) if rc is not None else None
+            if upd is not None:
+                out[job] = upd
+            else:
+                rest.append(job)
+        sacct_text = "\n".join(sections.get("sacct", []))
+        rows: dict[str, Row] | None = None
+        if use_sacct and status.get("sacct") == 0:
+            rows = self._sacct_rows(sacct_text)
+        elif use_sacct and P.sacct_accounting_disabled(status.get("sacct", 1), sacct_text):
+            log.warning("Slurm accounting storage is disabled: following jobs with squeue and job.rc")
+            self._accounting = False
+        if status.get("squeue") != 0 and rows is None:
+            raise ConnectorError("squeue failed: " + " ".join(sections.get("squeue", []))[:500])
+        sq = self._squeue_rows("\n".join(sections.get("squeue", []))) if status.get("squeue") == 0 else {}
+        now = time.time()
+        for job in rest:
+            nid = job.native_id or ""
+            row = rows.get(nid) if rows is not None else None
+            if row is None and rows is not None:
+                submitted = _parse_time(job.record.submitted_at) or now
+                if now - submitted < SACCT_GRACE:
+                    continue
+            if row is None:
+                row = sq.get(nid)
+            if row is None and status.get("squeue") != 0:
+                continue
+            upd = self._from_row(job, row, rcs[job], now) if row else self._gone(job, rcs[job], now)
+            if upd is not None:
+                out[job] = upd
+        if any(u.state is not None and u.state.is_final for u in out.values()):
+            self._slot_event().set()
+        return out
+
+    # -- cancel (§7) ----------------------------------------------------------------------------
+
+    async def cancel(self, jobs: Sequence[Job]) -> None:
+        ids: list[str] = []
+        for job in jobs:
+            if id(job) in self._held or (job.state is JobState.WAITING and not job.native_id):
+                self._held.pop(id(job), None)
+                job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancel", reason="cancelled on request"))
+            elif job.native_id:
+                ids.append(job.native_id)
+            # SUBMITTING: cancelled as soon as the id is known (_accepted)
+        if ids:
+            await self._cancel_ids(ids)
+            self.tracker.wake()
+
+    async def _cancel_ids(self, ids: Sequence[str]) -> None:
+        ids = [i for i in ids if i]
+        if not ids:
+            return
+        res = await self._run(["scancel", *self._cluster_args(), *ids])
+        if res.returncode != 0 and not P.scancel_harmless(res.stderr):
+            raise LaunchersError(f"scancel failed: {res.stderr.strip()}")
+
+    # -- arrays (§8) ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def collecting(self) -> Iterator[list[Job]]:
+        """Jobs submitted in this thread inside the block are collected instead of submitted."""
+        if getattr(self._collect, "bucket", None) is not None:
+            raise LaunchersError("array() blocks cannot be nested")
+        bucket: list[Job] = []
+        self._collect.bucket = bucket
+        try:
+            yield bucket
+        finally:
+            self._collect.bucket = None
+
+    def enqueue_array(self, jobs: Sequence[Job], max_parallel: int | None) -> None:
+        """Thread-safe: submit ``jobs`` as array chunks on the loop."""
+        from ..jobs.loop import call_soon
+
+        call_soon(self._start_array, list(jobs), max_parallel)
+
+    def _start_array(self, jobs: list[Job], max_parallel: int | None) -> None:
+        for job in jobs:
+            self.tracker.add(job)
+        asyncio.get_running_loop().create_task(self._submit_array_guarded(jobs, max_parallel))
+
+    async def _submit_array_guarded(self, jobs: list[Job], max_parallel: int | None) -> None:
+        try:
+            await self.submit_array(jobs, max_parallel=max_parallel)
+        except Exception as e:
+            log.error("array submission failed: %s", e, exc_info=not isinstance(e, LaunchersError))
+            for job in jobs:
+                if not job.state.is_final and not job.native_id:
+                    job.apply(StateUpdate(state=JobState.FAILED, detail="array submission", reason=str(e)))
+        finally:
+            self.tracker.wake()
+
+    async def max_array_size(self) -> int:
+        """``MaxArraySize`` from ``scontrol show config`` (read once per cluster)."""
+        if self._max_array is None:
+            res = await self._run(["scontrol", "show", "config", *self._cluster_args()])
+            value = P.parse_config_value(res.stdout, "MaxArraySize") if res.returncode == 0 else None
+            self._max_array = int(value) if value and value.isdigit() else 1001
+        return self._max_array
+
+    async def submit_array(self, jobs: Sequence[Job], *, max_parallel: int | None = None) -> None:
+        """Submit ``jobs`` (all WAITING, same launcher options) as arrays of at most
+        ``MaxArraySize - 1`` elements; each element is tracked as ``ID_INDEX``."""
+        if not jobs:
+            return
+        size = max(1, await self.max_array_size() - 1)
+        for start in range(0, len(jobs), size):
+            await self._submit_chunk(list(jobs[start : start + size]), max_parallel)
+
+    async def _submit_chunk(self, jobs: list[Job], max_parallel: int | None) -> None:
+        launcher = jobs[0].launcher or self.launcher
+        specs = [self.script_spec(job, launcher) for job in jobs]
+        for job, spec in zip(jobs, specs, strict=True):
+            await self.connector.write_file(
+                f"{self._job_dir(job)}/job.sh", render_script(spec).encode("utf-8"), mode=0o755
+            )
+        first = jobs[0]
+        workdir = Path(first.directory).parent.parent.parent
+        key = f"{specs[0].job_name}-n{len(jobs)}"
+        array_dir = str(workdir / "arrays" / key)
+        index_file = f"{array_dir}/index"
+        await self.connector.write_file(index_file, index_text([self._job_dir(j) for j in jobs]).encode())
+        name = f"array-{key}"
+        script = render_array_script(
+            ArraySpec(array_dir=array_dir, index_file=index_file, count=len(jobs), job_name=name,
+                      template=specs[0], max_parallel=max_parallel)
+        )  # fmt: skip
+        await self.connector.write_file(f"{array_dir}/array.sh", script.encode(), mode=0o755)
+        for job, spec in zip(jobs, specs, strict=True):
+            job.apply(StateUpdate(state=JobState.SUBMITTING, detail="sbatch array", job_name=spec.job_name,
+                                  extra={"array": {"dir": array_dir, "name": name}}))  # fmt: skip
+        deadline = time.monotonic() + RETRY_TOTAL
+        delay = RETRY_FIRST
+        while True:
+            try:
+                async with self._semaphore():
+                    res = await self._run(self._sbatch_argv("array.sh"), timeout=SBATCH_TIMEOUT, cwd=array_dir)
+                if res.returncode == 0:
+                    master, cluster = P.parse_sbatch_id(res.stdout, res.stderr)
+                    break
+                message = P.sbatch_message(res.stdout, res.stderr)
+                kind = P.classify_sbatch_error(message)
+            except ConnectorError as e:
+                message, kind = str(e), P.TRANSIENT
+            if kind == P.REJECTED or time.monotonic() + delay > deadline:
+                log.error("array %s: sbatch refused it: %s", name, message)
+                for job in jobs:
+                    job.apply(StateUpdate(state=JobState.FAILED, detail="sbatch refused", reason=message))
+                return
+            if kind == P.TRANSIENT:
+                with contextlib.suppress(Exception):
+                    found = await self.find_by_name(name)
+                    if found:
+                        master, cluster = P.master_id(found[0]), None
+                        break
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2) if kind == P.TRANSIENT else SUBMIT_LIMIT_WAIT)
+            delay *= 2
+        for i, job in enumerate(jobs):
+            await self._accepted(job, f"{master}_{i}", cluster)
+
+    def __repr__(self) -> str:
+        return f"<SlurmExecutor connector={self.connector_name} cluster={self.cluster}>"
+
+
+class _AccountingDisabled(Exception):
+    pass
+
+
+class _QueryFailed(Exception):
+    pass
+
+
+# -- public helpers for arrays --------------------------------------------------------------------
+
+
+def _executor(launcher: Launcher) -> SlurmExecutor:
+    ex = launcher.executor()
+    if not isinstance(ex, SlurmExecutor):
+        raise LaunchersError(f"arrays need a Slurm launcher, not {launcher.kind!r}")
+    return ex
+
+
+@contextlib.contextmanager
+def array(launcher: Launcher, max_parallel: int | None = None) -> Iterator[list[Job]]:
+    """``with array(launcher, max_parallel=None) as jobs:`` around ``task.submit`` calls:
+    the tasks submitted with this launcher's executor in the block go in as job arrays."""
+    if max_parallel is not None and max_parallel < 1:
+        raise ScriptError(f"max_parallel must be at least 1, not {max_parallel}")
+    ex = _executor(launcher)
+    with ex.collecting() as bucket:
+        yield bucket
+    fresh = [j for j in bucket if j.state is JobState.WAITING]
+    if fresh:
+        ex.enqueue_array(fresh, max_parallel)
+
+
+def submit_array(launcher: Launcher, tasks: Sequence[Any], *, max_parallel: int | None = None) -> list[Job]:
+    """Submit ``tasks`` (in the current experiment) as job arrays; returns their jobs."""
+    with array(launcher, max_parallel=max_parallel):
+        jobs = [t.submit(launcher) for t in tasks]
+    return jobs
+
+
+__all__ = ["SlurmExecutor", "array", "create_executor", "executor_key", "submit_array"]

@@ -1,0 +1,138 @@
+"""``SlurmLauncher``: a Slurm group plus the sbatch options the finder chose (a value, no I/O).
+
+``SlurmLikeLauncher`` is shared with the UNICORE and firecREST launchers, which match the same
+way and differ only in transport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from ..config.model import SlurmGroup
+from ..errors import ConfigurationError
+from ..language.values import HostRequirement
+from ..launcher import Launcher
+from .options import SlurmOptions, normalize_options, option_names, unknown_option_error
+
+#: Launcher-level settings ``config()`` accepts besides the sbatch options.
+LAUNCHER_SETTINGS = ("sbatch_options", "export", "env", "python")
+
+
+def _to_options(value: SlurmOptions | Mapping[str, Any] | None) -> SlurmOptions:
+    if value is None:
+        return SlurmOptions()
+    if isinstance(value, SlurmOptions):
+        return value
+    if isinstance(value, Mapping):
+        return SlurmOptions(**normalize_options(value))
+    raise ConfigurationError(f"options must be SlurmOptions or a mapping, not {type(value).__name__}")
+
+
+def _pairs(value: Any) -> tuple[tuple[str, Any], ...]:
+    if isinstance(value, Mapping):
+        return tuple((str(k), v) for k, v in value.items())
+    return tuple((str(k), v) for k, v in value)
+
+
+@attrs.frozen(kw_only=True)
+class SlurmLikeLauncher(Launcher):
+    """A Slurm-like group and the options chosen for one alternative of a requirement."""
+
+    group: SlurmGroup = attrs.field(factory=SlurmGroup, repr=lambda g: repr(g.label))
+    options: SlurmOptions = attrs.field(factory=SlurmOptions, converter=_to_options)
+    alternative: int = 0
+    requirement: HostRequirement = attrs.field(factory=HostRequirement)
+    #: extra sbatch options given with ``config(sbatch_options=...)`` (the group's are in ``group``)
+    sbatch_options: tuple[tuple[str, str | bool], ...] = attrs.field(default=(), converter=_pairs)
+    export: str | None = None  # None: the group's
+    env: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
+    python: str | None = None
+    #: the hosts of the merged candidates (what a job may land on), for batching's slots=auto
+    hosts: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
+    #: why the finder chose this, formatted when read (see ``explanation``)
+    why: Iterable[str] = attrs.field(default=(), eq=False, repr=False)
+
+    @property
+    def explanation(self) -> tuple[str, ...]:
+        """Why the finder chose this launcher (soundness notes included)."""
+        return tuple(self.why)
+
+    @property
+    def connector(self) -> str:
+        """The name of the connector that reaches the scheduler (``local`` or an SSH name)."""
+        return self.group.connector
+
+    @property
+    def group_id(self) -> str:
+        """The group id, or ``kind[index]``."""
+        return self.group.label
+
+    @property
+    def extra_options(self) -> tuple[tuple[str, str | bool], ...]:
+        """The group's ``sbatch_options`` then the launcher's (later wins by name)."""
+        merged: dict[str, str | bool] = dict(self.group.sbatch_options)
+        merged.update(self.sbatch_options)
+        return tuple(merged.items())
+
+    def sbatch_args(self) -> list[str]:
+        """The finder's options as ``--name=value`` strings, then the extra options."""
+        args = self.options.sbatch_args()
+        for name, value in self.extra_options:
+            if value is True:
+                args.append(f"--{name}")
+            elif value is not False:
+                args.append(f"--{name}={value}")
+        return args
+
+    def config(self, **options: Any) -> Any:
+        """A new launcher with only the given options changed (sbatch long names with
+        underscores, or ``sbatch_options=``, ``export=``, ``env=``, ``python=``)."""
+        known = option_names()
+        option_changes: dict[str, Any] = {}
+        changes: dict[str, Any] = {}
+        for name, value in options.items():
+            if name in known:
+                option_changes[name] = value
+            elif name == "sbatch_options":
+                extras: dict[str, Any] = dict(self.sbatch_options)
+                for key, val in _check_extras(_pairs(value)):
+                    field = key.replace("-", "_")
+                    if field in known:
+                        option_changes[field] = val
+                    else:
+                        extras[key] = val
+                changes["sbatch_options"] = tuple(extras.items())
+            elif name == "export":
+                if value is not None and str(value).upper() not in ("ALL", "NONE"):
+                    raise ConfigurationError(f"export must be ALL or NONE, not {value!r}", key="export")
+                changes["export"] = None if value is None else str(value).upper()
+            elif name in ("env", "python"):
+                changes[name] = value
+            else:
+                raise unknown_option_error(name, known + LAUNCHER_SETTINGS)
+        if option_changes:
+            changes["options"] = self.options.replace(**option_changes)
+        return attrs.evolve(self, **changes)
+
+
+def _check_extras(pairs: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, str | bool], ...]:
+    try:
+        from .sbatch_options import check_sbatch_options
+    except ImportError:  # pragma: no cover - written by the runtime helper
+        return tuple((k, v if isinstance(v, bool) else str(v)) for k, v in pairs)
+    return check_sbatch_options(pairs, where="sbatch_options")
+
+
+@attrs.frozen(kw_only=True)
+class SlurmLauncher(SlurmLikeLauncher):
+    """Submits with sbatch, here or through an SSH connector."""
+
+    @property
+    def kind(self) -> str:
+        return "slurm"
+
+
+__all__ = ["SlurmLauncher", "SlurmLikeLauncher", "SlurmOptions"]

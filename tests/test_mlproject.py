@@ -1,0 +1,363 @@
+"""MLproject entry points and ``launchers run`` parsing and ``--dry-run`` (remote-sites.md §3.4)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from launchers.cli.main import main
+from launchers.errors import ConfigurationError, LaunchersError
+from launchers.remote.mlproject import (
+    EntryPoint,
+    Parameter,
+    ParameterError,
+    build_command,
+    load_mlproject,
+    parse_param_args,
+    passed_environment,
+)
+
+MLPROJECT = """\
+name: demo
+conda_env: conda.yaml
+entry_points:
+  main:
+    parameters:
+      lr: {type: float, default: 0.1}
+      data: path
+      name: string
+      src: {type: uri, default: "s3://bucket/key"}
+    command: "python train.py --lr {lr} --data {data} --name {name} --src {src}"
+  braces:
+    parameters: {x: string}
+    command: "echo ${{HOME}} {{literal}} {x}"
+  multi:
+    command: |
+      echo one
+      echo two \\
+        --flag
+"""
+
+
+def project(tmp_path: Path, text: str = MLPROJECT, files: tuple[str, ...] = ("train.py", "data/a.csv", "run.sh")) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "MLproject").write_text(text)
+    for f in files:
+        p = tmp_path / f
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(f"# {f}\n")
+    return tmp_path
+
+
+UPLOADED = frozenset({"train.py", "data", "data/a.csv", "run.sh", "MLproject"})
+
+
+def test_load_and_build(tmp_path: Path) -> None:
+    mp = load_mlproject(project(tmp_path))
+    assert mp.name == "demo" and mp.unused == ("conda_env",)
+    ep = mp.entry_point()
+    assert [p.name for p in ep.parameters] == ["lr", "data", "name", "src"]
+    cmd = build_command(ep, {"data": "./data/a.csv", "name": "it's a b"}, UPLOADED)
+    assert cmd == "python train.py --lr 0.1 --data data/a.csv --name 'it'\"'\"'s a b' --src s3://bucket/key"
+
+
+def test_braces_and_extra_params(tmp_path: Path) -> None:
+    ep = load_mlproject(project(tmp_path)).entry_point("braces")
+    # extra parameters are appended (Mantik refused them)
+    assert build_command(ep, {"x": "$(id)", "extra": "a b"}) == "echo ${HOME} {literal} '$(id)' --extra 'a b'"
+
+
+def test_newlines_keep_their_meaning(tmp_path: Path) -> None:
+    ep = load_mlproject(project(tmp_path)).entry_point("multi")
+    assert build_command(ep, {}) == "echo one\necho two \\\n  --flag\n"  # Mantik joined lines with spaces
+
+
+@pytest.mark.parametrize(
+    ("command", "fragment"),
+    [
+        ("python a.py\n  --lr 1", "this line continues the previous one; join them or end it with `\\`"),
+        ("echo {missing}", "placeholder {missing} names no declared parameter"),
+        ("echo {x!r}", "not a parameter name"),
+        ("echo {0}", "not a parameter name"),
+        ("echo {x", "for literal braces"),
+    ],
+)
+def test_command_errors_at_load(tmp_path: Path, command: str, fragment: str) -> None:
+    text = f"entry_points:\n  main:\n    parameters: {{x: string}}\n    command: {json.dumps(command)}\n"
+    with pytest.raises(ConfigurationError) as info:
+        load_mlproject(project(tmp_path, text))
+    msg = str(info.value)
+    assert fragment in msg
+    assert msg.startswith(f"{tmp_path / 'MLproject'}:4:14: entry_points.main.command: ")
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("nam: x\nentry_points: {}\n", "did you mean 'name'"),
+        ("entry_points: {main: {command: x, params: {}}}\n", "did you mean 'parameters'"),
+        ("entry_points: {main: {parameters: {a: int}, command: x}}\n", "unknown type 'int'"),
+        ("entry_points: {main: {parameters: {a: {type: float, default: abc}}, command: x}}\n", "not a number"),
+        ("entry_points: {main: {parameters: {a: {default: yes}}, command: x}}\n", "in quotes"),
+        ("entry_points: {main: {parameters: {a: {typ: path}}, command: x}}\n", "did you mean 'type'"),
+        ("entry_points: {main: {parameters: {a: path}}}\n", "command is required"),
+        ("entry_points: {main: {command: [x]}}\n", "expected the command"),
+        ("entry_points: [main]\n", "mapping of entry points"),
+    ],
+)
+def test_mlproject_errors(tmp_path: Path, text: str, fragment: str) -> None:
+    with pytest.raises(ConfigurationError, match=None) as info:
+        load_mlproject(project(tmp_path, text))
+    assert fragment in str(info.value)
+    assert str(info.value).startswith(str(tmp_path / "MLproject") + ":")
+
+
+def test_unknown_and_file_entries(tmp_path: Path) -> None:
+    mp = load_mlproject(project(tmp_path))
+    with pytest.raises(ConfigurationError, match="declared: main, braces, multi"):
+        mp.entry_point("nope")
+    py = mp.entry_point("train.py")
+    assert build_command(py, {"lr": "0.1", "b": "x y"}) == "python train.py --lr 0.1 --b 'x y'"
+    assert build_command(mp.entry_point("run.sh"), {}) == "bash run.sh"
+    with pytest.raises(ConfigurationError, match="not a file of the project"):
+        mp.entry_point("missing.py")
+
+
+def test_project_without_mlproject(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text("")
+    mp = load_mlproject(tmp_path)
+    assert build_command(mp.entry_point("t.py"), {}) == "python t.py"
+    with pytest.raises(ConfigurationError, match="unknown entry point 'main'"):
+        mp.entry_point()
+
+
+def test_param_args() -> None:
+    assert parse_param_args(["a=b=c", "e="]) == {"a": "b=c", "e": ""}
+    with pytest.raises(ParameterError, match="given twice"):
+        parse_param_args(["a=1", "a=2"])
+    with pytest.raises(ParameterError, match="NAME=VALUE"):
+        parse_param_args(["novalue"])
+
+
+def test_all_missing_listed_once() -> None:
+    ep = EntryPoint("main", "run {a} {b} {c}", (Parameter("a"), Parameter("b"), Parameter("c", default="1")))
+    with pytest.raises(ParameterError) as info:
+        build_command(ep, {})
+    assert "a, b" in str(info.value) and "-P a=VALUE -P b=VALUE" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("ptype", "value", "expected"),
+    [
+        ("float", "1e-3", "1e-3"),
+        ("float", "abc", ParameterError),
+        ("uri", "s3://b/k", "s3://b/k"),
+        ("uri", "relative/path", ParameterError),
+        ("path", "/p/scratch/data", "/p/scratch/data"),
+        ("path", "./data/a.csv", "data/a.csv"),
+        ("path", "data", "data"),
+        ("path", "../outside", ParameterError),
+        ("path", "excluded.csv", ParameterError),
+    ],
+)
+def test_types(ptype: str, value: str, expected: object) -> None:
+    ep = EntryPoint("main", "run {p}", (Parameter("p", ptype),))
+    if expected is ParameterError:
+        with pytest.raises(ParameterError, match="parameter p"):
+            build_command(ep, {"p": value}, UPLOADED)
+    else:
+        assert build_command(ep, {"p": value}, UPLOADED) == f"run {shlex.quote(str(expected))}"
+
+
+@settings(max_examples=200)
+@given(st.text(alphabet=st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), max_size=20))
+def test_substituted_value_is_one_word(value: str) -> None:
+    ep = EntryPoint("main", "run {p}", (Parameter("p"),))
+    assert shlex.split(build_command(ep, {"p": value})) == ["run", value]
+
+
+def test_mlflow_variables() -> None:
+    environ = {
+        "MLFLOW_TRACKING_URI": "https://mlflow.example",
+        "MLFLOW_TRACKING_TOKEN": "secret",
+        "MLFLOW_RUN_ID": "r1",
+        "OTHER": "o",
+    }
+    assert passed_environment(environ, []) == [("MLFLOW_TRACKING_URI", "https://mlflow.example"), ("MLFLOW_RUN_ID", "r1")]
+    assert ("MLFLOW_TRACKING_TOKEN", "secret") in passed_environment(environ, ["MLFLOW_TRACKING_TOKEN"])
+    assert passed_environment(environ, [], frozenset({"MLFLOW_RUN_ID"})) == [("MLFLOW_TRACKING_URI", "https://mlflow.example")]
+    with pytest.raises(ParameterError, match="not set"):
+        passed_environment(environ, ["UNSET_VARIABLE"])
+
+
+# --- launchers run ----------------------------------------------------------------------------
+
+BACKEND = """\
+UnicoreApiUrl: https://unicore.example:9112/SITE/rest/core
+Environment:
+  Python: venv
+  Variables: {GREETING: "hello $USER"}
+Resources: {Queue: batch, Runtime: 10m, MemoryPerNode: 1G}
+Exclude: ["*.csv", "!keep.csv", "backend.yaml", "image.sif"]
+"""
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(["run", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def make_run_project(tmp_path: Path) -> Path:
+    root = project(tmp_path / "proj", files=("train.py", "data/a.csv", "keep.csv", "venv/bin/activate"))
+    (root / "backend.yaml").write_text(BACKEND)
+    return root
+
+
+def test_dry_run_unicore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_run_project(tmp_path)
+    rc, out, err = run_cli(
+        capsys, str(root), "--backend-config", str(root / "backend.yaml"), "-P", "data=keep.csv",
+        "-P", "name=x", "--dry-run", "--workdir", str(tmp_path / "runs"),
+    )
+    assert rc == 0, err
+    assert "conda_env is not used" in err
+    assert "data/a.csv  (pattern '*.csv')" in out and "backend.yaml  (pattern 'backend.yaml')" in out
+    assert "  keep.csv" in out and "  venv/bin/activate" in out  # a relative Python is accepted (Mantik refused it)
+    desc = json.loads(out.split("job description:\n", 1)[1].split("\n\njob.sh:", 1)[0])
+    assert desc["Resources"] == {"Queue": "batch", "Runtime": "600", "MemoryPerNode": "1024M"}
+    assert desc["Executable"] == "./job.sh" and desc["Stdout"] == "job.out" and desc["Stderr"] == "job.err"
+    assert "source 'venv/bin/activate'" in out
+    assert 'export GREETING="hello $USER"' in out
+    assert out.rstrip().endswith("python train.py --lr 0.1 --data keep.csv --name x --src s3://bucket/key")
+    assert not (tmp_path / "runs").exists()  # nothing written, nothing submitted
+
+
+def test_dry_run_firecrest_with_image(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_run_project(tmp_path)
+    (root / "image.sif").write_text("image")
+    (root / "backend.yaml").write_text(
+        "Firecrest: {ApiUrl: 'https://fc.example', TokenUrl: 'https://auth.example/t', Machine: m}\n"
+        "Environment: {Apptainer: {Path: image.sif, Options: ['-B $HOME/data:/data']}}\n"
+        "Resources: {Queue: normal, CPUsPerNode: 4}\nExclude: [image.sif, '*.csv', venv/]\n"
+    )
+    rc, out, err = run_cli(capsys, str(root), "--backend-config", str(root / "backend.yaml"), "-e", "train.py", "--dry-run")
+    assert rc == 0, err
+    assert "image.sif  5 B  [Apptainer image, uploaded to the run directory's root even though Exclude matches it]" in out
+    assert "#SBATCH --partition=normal" in out and "#SBATCH --cpus-per-task=4" in out
+    assert 'export SRUN_CPUS_PER_TASK="4"' in out
+    assert 'srun apptainer run "-B" "$HOME/data:/data" "image.sif" python train.py' in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (["-P", "name=x"], "no value for parameter data"),
+        (["-P", "data=a.csv", "-P", "name=x"], "not an uploaded project path"),  # excluded
+        (["-P", "data=keep.csv", "-P", "name=x", "-P", "lr=fast"], "not a number"),
+        (["-P", "data=keep.csv", "-P", "name=x", "--pass-env", "LAUNCHERS_TEST_UNSET_VAR"], "not set"),
+        (["-e", "nope"], "unknown entry point"),
+        (["--group", "g"], "launchers.yaml"),
+    ],
+)
+def test_run_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], fragment: str) -> None:
+    root = make_run_project(tmp_path)
+    cfg = tmp_path / "launchers.yaml"
+    cfg.write_text("local:\n  - id: here\n")
+    rc, _out, err = run_cli(capsys, str(root), "--backend-config", str(root / "backend.yaml"), "--config", str(cfg), "--dry-run", *extra)
+    assert rc == 2
+    assert err.startswith("launchers: ") and fragment in err and "Traceback" not in err
+
+
+def test_excluded_python_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_run_project(tmp_path)
+    (root / "backend.yaml").write_text(BACKEND.replace('"image.sif"]', '"image.sif", venv]'))
+    rc, _, err = run_cli(capsys, str(root), "--backend-config", str(root / "backend.yaml"), "-P", "data=keep.csv", "-P", "name=x", "--dry-run")
+    assert rc == 2 and "excluded (pattern 'venv')" in err
+
+
+def test_backend_or_requirement_required(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["run", str(tmp_path)])
+    assert info.value.code == 2
+    capsys.readouterr()
+
+
+def test_submission_boundary(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --dry-run the plan goes to launchers.remote.submit.run_project with the flags."""
+    import launchers.cli.run as run_module
+
+    root = make_run_project(tmp_path)
+    calls: list[tuple[object, bool, bool]] = []
+
+    def fake_run_project(plan: object, *, follow: bool, cancel_on_interrupt: bool) -> int:
+        calls.append((plan, follow, cancel_on_interrupt))
+        return 7
+
+    monkeypatch.setattr(run_module, "submitter", lambda: fake_run_project)
+    rc, _, err = run_cli(capsys, str(root), "--backend-config", str(root / "backend.yaml"), "-P", "data=keep.csv",
+                         "-P", "name=x", "--no-follow", "--cancel-on-interrupt")
+    assert rc == 7, err
+    plan, follow, cancel = calls[0]
+    assert (follow, cancel) == (False, True)
+    assert plan.kind == "unicore" and "job.sh" not in [u.relpath for u in plan.all_uploads]
+
+
+def test_submitter_missing_is_a_clear_error() -> None:
+    import importlib.util
+
+    from launchers.cli.run import submitter
+
+    if importlib.util.find_spec("launchers.remote.submit") is not None:
+        assert callable(submitter())
+    else:
+        with pytest.raises(LaunchersError, match="not available"):
+            submitter()
+
+
+FIRECREST_GROUP = """\
+firecrest:
+  - id: daint
+    site: {api_url: "https://fc.example", machine: daint, token_url: "https://auth.example/token", account: acct}
+    environment: {Modules: [cray-python], Variables: {X: 1}}
+    partitions: {normal: {configuration: {gpu: {count: 1, memory: 16G}, max_duration: 1d}}}
+"""
+
+
+def test_dry_run_with_requirement(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_run_project(tmp_path)
+    cfg = tmp_path / "launchers.yaml"
+    cfg.write_text(FIRECREST_GROUP)
+    rc, out, err = run_cli(capsys, str(root), "-r", "duration=2h & cuda(mem=10G)", "--config", str(cfg),
+                           "-P", "data=keep.csv", "-P", "name=x", "--dry-run")
+    assert rc == 0, err
+    assert "group daint" in out and "account: acct" in out
+    for line in ("#SBATCH --partition=normal", "#SBATCH --gpus-per-node=1", "#SBATCH --account=acct",
+                 'export X="1"', "module load 'cray-python'"):
+        assert line in out
+
+
+def test_from_backend_config(tmp_path: Path) -> None:
+    from launchers.remote import from_backend_config
+
+    root = make_run_project(tmp_path)
+    launcher = from_backend_config(root / "backend.yaml", account="proj")
+    assert launcher.kind == "unicore"
+    assert launcher.sbatch_args() == ["--partition=batch", "--mem=1024M", "--time=00:10:00", "--account=proj"]
+    assert launcher.group.site.url == "https://unicore.example:9112/SITE/rest/core"
+    assert launcher.group.environment["Python"] == "venv"
+
+
+def test_account_option_wins_over_site(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_run_project(tmp_path)
+    cfg = tmp_path / "launchers.yaml"
+    cfg.write_text(FIRECREST_GROUP)
+    rc, out, err = run_cli(capsys, str(root), "-r", "cuda(mem=10G)", "--config", str(cfg), "--account", "mine",
+                           "-P", "data=keep.csv", "-P", "name=x", "--dry-run")
+    assert rc == 0, err
+    assert "#SBATCH --account=mine" in out and "--account=acct" not in out

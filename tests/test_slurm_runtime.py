@@ -1,0 +1,220 @@
+"""The Slurm executor against the real cluster: submission, tracking, states, cancel, arrays,
+fatal pending reasons, re-attach and reconciliation by name (slurm-runtime.md §4-§8)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import launchers.slurm.executor as sx
+from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
+from launchers.config.model import SlurmGroup
+from launchers.jobs import executor as jobs_executor
+from launchers.jobs.record import StateRecord, job_directory, now_iso, write_record
+
+TESTS = Path(__file__).parent
+SRC = TESTS.parent / "src"
+
+pytestmark = pytest.mark.slurm
+
+
+def make_launcher(**group: Any) -> SlurmLauncher:
+    return SlurmLauncher(group=SlurmGroup(id="sb", **group), options={"partition": "debug", "time": "00:05:00"})
+
+
+def reset_executors() -> None:
+    """Executors are per process; tests that switch cluster (SLURM_CONF) start afresh."""
+    for key in [k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"]:
+        del jobs_executor._executors[key]
+
+
+@pytest.fixture
+def cluster(slurm_cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster["SLURM_CONF"])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(SRC)]))
+    reset_executors()
+    yield slurm_cluster
+    reset_executors()
+
+
+def sacct_names(name: str) -> list[str]:
+    out = subprocess.run(["squeue", "--noheader", "--states=all", f"--name={name}", "--format=%A"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return out.split()
+
+
+def test_complete_fail_cancel(cluster: dict[str, str], tmp_path: Path) -> None:
+    L = make_launcher()
+    t0 = time.monotonic()
+    with pytest.raises(ExperimentFailed) as info, experiment(tmp_path, L):
+        ok = command(["sh", "-c", "echo hello \"$1\"", "sh", "it's $(x)"]).submit()
+        bad = command(["sh", "-c", "echo oops >&2; exit 3"]).submit()
+        long = command(["sleep", "120"]).submit()
+        deadline = time.monotonic() + 30
+        while long.state is not JobState.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.1)
+        long.cancel()
+    assert time.monotonic() - t0 < 30
+    assert ok.state is JobState.COMPLETED and ok.result() == 0
+    assert "hello it's $(x)" in ok.stdout_path.read_text()
+    assert (bad.state, bad.exit_code, bad.reason) == (JobState.FAILED, 3, "exit code 3")
+    assert long.state is JobState.CANCELLED and long.reason == "cancelled on request"
+    assert "2 job(s) did not complete" in str(info.value)
+    rec = json.loads((ok.directory / "state.json").read_text())
+    assert rec["native_id"] == ok.native_id and rec["job_name"].endswith("-a1")
+    assert [h[1] for h in rec["history"]][:3] == ["WAITING", "SUBMITTING", "PENDING"]
+    assert rec["launcher"]["options"] == ["--partition=debug", "--time=00:05:00"]
+
+
+def test_callable_and_one_query_per_cycle(cluster: dict[str, str], tmp_path: Path) -> None:
+    import test_jobs_tasks as tt
+
+    L = make_launcher()
+    with experiment(tmp_path, L):
+        jobs = [tt.add(a=i, b=1).submit() for i in range(6)]
+    assert [j.result() for j in jobs] == [i + 1 for i in range(6)]
+    ex = L.executor()
+    assert isinstance(ex, sx.SlurmExecutor)
+    queries = ex.commands.get("sacct", 0) + ex.commands.get("squeue", 0)
+    assert queries <= ex.tracker.cycles  # never more than one Slurm query per poll cycle
+
+
+def test_rejection_fails_with_sbatch_message(cluster: dict[str, str], tmp_path: Path) -> None:
+    L = make_launcher().config(qos="no-such-qos")
+    with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
+        job = command(["true"]).submit()
+    assert job.state is JobState.FAILED
+    assert "qos" in (job.reason or "").lower()
+
+
+def test_fatal_pending_reason_unrunnable(cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sx, "FATAL_CONFIRM", 3.0)
+    failed = subprocess.run(["sbatch", "--parsable", "-p", "debug", "-o", "/dev/null", "--wrap", "exit 1"],
+                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        st = subprocess.run(["squeue", "-h", "--states=all", "-j", failed, "-o", "%T"], capture_output=True, text=True).stdout
+        if "FAILED" in st:
+            break
+        time.sleep(0.3)
+    L = make_launcher().config(sbatch_options={"dependency": f"afterok:{failed}"})
+    with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
+        job = command(["true"]).submit()
+    assert job.state is JobState.UNRUNNABLE
+    assert "DependencyNeverSatisfied" in (job.reason or "")
+    st = subprocess.run(["squeue", "-h", "--states=all", "-j", job.native_id or "", "-o", "%T"],
+                        capture_output=True, text=True).stdout  # fmt: skip
+    assert "CANCELLED" in st
+
+
+def fabricate(workdir: Path, argv: list[str], native_id: str, *, rc: dict[str, Any] | None) -> Path:
+    """A job directory as a crashed client would leave it: PENDING with an id Slurm forgot."""
+    task = command(argv)
+    d = job_directory(workdir, task.name, task.digest)
+    d.mkdir(parents=True)
+    (d / "params.json").write_text(json.dumps(task.params_json()))
+    old = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() - 3600))
+    rec = StateRecord(task_id=task.task_id, state=JobState.PENDING, native_id=native_id, submitted_at=old,
+                      job_name=f"{task.name}-{task.digest[:12]}-a1", launcher={"kind": "slurm"})  # fmt: skip
+    write_record(d, rec)
+    if rc is not None:
+        (d / "job.rc").write_text(json.dumps({"attempt": 1, "native_id": native_id, "host": "h", "start": now_iso(),
+                                              "end": now_iso(), **rc}))  # fmt: skip
+    return d
+
+
+def test_purged_jobs_decided_by_job_rc(cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sx, "LOST_AFTER", 0.0)
+    fabricate(tmp_path, ["purged-ok"], "9999001", rc={"rc": 0, "signal": None})
+    fabricate(tmp_path, ["purged-bad"], "9999002", rc={"rc": 2, "signal": None})
+    fabricate(tmp_path, ["purged-gone"], "9999003", rc=None)
+    L = make_launcher()
+    with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
+        ok = command(["purged-ok"]).submit()
+        bad = command(["purged-bad"]).submit()
+        gone = command(["purged-gone"]).submit()
+    assert ok.state is JobState.COMPLETED and ok.native_id == "9999001"
+    assert (bad.state, bad.exit_code) == (JobState.FAILED, 2)
+    assert gone.state is JobState.LOST
+    assert gone.reason == "Slurm has no record of the job and it left no exit record"
+
+
+def test_array(cluster: dict[str, str], tmp_path: Path) -> None:
+    L = make_launcher()
+    with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
+        jobs = sx.submit_array(L, [command(["sh", "-c", f"echo element {i}; exit {i % 2}"]) for i in range(3)],
+                               max_parallel=2)  # fmt: skip
+    master = {j.native_id.split("_")[0] for j in jobs if j.native_id}
+    assert len(master) == 1
+    assert [j.native_id for j in jobs] == [f"{next(iter(master))}_{i}" for i in range(3)]
+    assert [j.state for j in jobs] == [JobState.COMPLETED, JobState.FAILED, JobState.COMPLETED]
+    for i, j in enumerate(jobs):
+        assert f"element {i}" in j.stdout_path.read_text()
+    arrays = list((tmp_path / "arrays").iterdir())
+    assert len(arrays) == 1 and (arrays[0] / "index").read_text().splitlines() == [str(j.directory) for j in jobs]
+
+
+CLIENT = textwrap.dedent(
+    """
+    import sys
+    from launchers import SlurmLauncher, command, experiment
+    from launchers.config.model import SlurmGroup
+    L = SlurmLauncher(group=SlurmGroup(id="sb"), options={"partition": "debug", "time": "00:05:00"})
+    with experiment(sys.argv[1], L):
+        job = command(["sh", "-c", "sleep 2; echo done"]).submit()
+    print("STATE", job.state.value, job.native_id)
+    """
+)
+
+
+def test_killed_after_sbatch_reconciled_by_name(cluster: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT)
+    env = dict(os.environ, **{sx.KILL_AFTER_SBATCH_ENV: "1"})
+    first = subprocess.run([sys.executable, str(script), str(tmp_path / "xp")], env=env, capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+    assert first.returncode == -9, first.stderr
+    [state_file] = (tmp_path / "xp").glob("jobs/*/*/state.json")
+    rec = json.loads(state_file.read_text())
+    assert rec["state"] == "SUBMITTING" and rec["native_id"] is None
+    name = rec["job_name"]
+    assert len(sacct_names(name)) == 1  # sbatch did submit it
+    second = subprocess.run([sys.executable, str(script), str(tmp_path / "xp")], capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    ids = sacct_names(name)
+    assert len(ids) == 1  # nothing submitted twice
+    assert f"STATE COMPLETED {ids[0]}" in second.stdout
+
+
+@pytest.mark.slow
+def test_timeout_and_resumable_requeue(cluster: dict[str, str], tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        """
+        import os, signal, sys, time
+        attempt = int(os.environ["LAUNCHERS_ATTEMPT"])
+        print("attempt", attempt, flush=True)
+        if attempt >= 2:
+            sys.exit(0)
+        signal.signal(signal.SIGUSR1, lambda *a: (print("saving", flush=True), sys.exit(0)))
+        time.sleep(300)
+        """
+    )
+    L = make_launcher().config(time="00:01:00")
+    with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
+        timeout = command(["sleep", "300"]).submit()
+        resumable = command([sys.executable, "-c", code], resumable=True).submit()
+    assert timeout.state is JobState.TIMEOUT
+    assert resumable.state is JobState.COMPLETED, resumable.reason
+    assert resumable.attempt == 2
+    out = resumable.stdout_path.read_text()
+    assert "==== launchers: attempt 1, " in out and "==== launchers: attempt 2, " in out and "saving" in out

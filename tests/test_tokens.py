@@ -1,0 +1,119 @@
+"""Counter tokens (slurm-runtime.md §11): across processes, dead holders, n > N, WAITING."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from launchers.config.loader import load_config
+from launchers.errors import LaunchersError
+from launchers.jobs import tokens
+from launchers.jobs.experiment import experiment
+from launchers.jobs.proc import ProcessId
+from launchers.jobs.task import command
+from launchers.local.launcher import DirectLauncher
+
+
+def _config(tmp_path: Path, total: int, need: int) -> Path:
+    path = tmp_path / "launchers.yaml"
+    path.write_text(f"tokens: {{gpu: {total}}}\nlocal:\n  - id: here\n    tokens: {{gpu: {need}}}\n")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAUNCHERS_STATE_DIR", str(tmp_path / "state"))
+
+
+def test_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert tokens.token_dir("gpu") == tmp_path / "state" / "tokens" / "gpu"
+    monkeypatch.delenv("LAUNCHERS_STATE_DIR")
+    monkeypatch.setenv("XDG_STATE_HOME", "/x/y")
+    assert tokens.token_dir("gpu") == Path("/x/y/launchers/tokens/gpu")
+
+
+def test_all_or_none_and_dead_holders(tmp_path: Path) -> None:
+    started: list[str] = []
+
+    def start() -> ProcessId:
+        started.append("x")
+        return ProcessId.current()
+
+    # a dead holder (a finished process) keeps no units
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    holder = tokens.holder_path("a", "dead-task")
+    holder.parent.mkdir(parents=True)
+    holder.write_text(json.dumps({"count": 1, "pid": dead.pid, "pid_start": 1, "boot_id": "", "host": ""}))
+    assert isinstance(tokens.acquire_and_start({"a": 1}, {"a": 1}, "t1", "/d", start), ProcessId)
+    assert not holder.exists()
+    # "a" is now full: asking for a and b takes neither
+    reason = tokens.acquire_and_start({"a": 1, "b": 1}, {"a": 1, "b": 5}, "t2", "/d", start)
+    assert reason == "waiting for token a, 0 of 1 free"
+    assert not tokens.holder_path("b", "t2").exists() and started == ["x"]
+    # N read at each acquire: raising it lets the job start
+    assert isinstance(tokens.acquire_and_start({"a": 1, "b": 1}, {"a": 2, "b": 5}, "t2", "/d", start), ProcessId)
+    assert tokens.held("a")[0] == 2 and tokens.held("b")[0] == 1
+    tokens.release(["a", "b"], "t2")
+    assert tokens.held("a")[0] == 1
+
+
+def test_more_than_total_is_refused_at_submission(tmp_path: Path) -> None:
+    cfg = load_config(_config(tmp_path, total=3, need=3))
+    _config(tmp_path, total=2, need=2)  # the total is edited after the launcher was found
+    with experiment(tmp_path / "xp", DirectLauncher(group=cfg.groups[0])):  # type: ignore[arg-type]
+        with pytest.raises(LaunchersError, match="needs 3 units of token 'gpu', which has only 2"):
+            command(["true"]).submit()
+
+
+_CLIENT = textwrap.dedent(
+    """
+    import sys, time
+    from launchers.config.loader import load_config
+    from launchers.jobs.experiment import experiment
+    from launchers.jobs.task import command
+    from launchers.local.launcher import DirectLauncher
+    group = load_config({cfg!r}).groups[0]
+    reasons = set()
+    with experiment({xp!r}, DirectLauncher(group=group), progress=False):
+        job = command(["sh", "-c", "date +%s.%N; sleep 0.8; date +%s.%N"], name=sys.argv[1]).submit()
+        while not job.state.is_final:
+            if job.reason:
+                reasons.add(job.reason)
+            time.sleep(0.02)
+    print(job.state.value, sorted(reasons))
+    """
+)
+
+
+def test_tokens_across_processes(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, total=1, need=1)
+    script = tmp_path / "client.py"
+    script.write_text(_CLIENT.format(cfg=str(cfg), xp=str(tmp_path / "xp")))
+    procs = [
+        subprocess.Popen([sys.executable, str(script), f"job{i}"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        for i in range(2)
+    ]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        outs.append(out)
+    assert all(o.startswith("COMPLETED") for o in outs)
+    assert any("waiting for token gpu, 0 of 1 free" in o for o in outs), outs
+    spans = []
+    for i in range(2):
+        out = next((tmp_path / "xp" / "jobs" / f"job{i}").iterdir()) / "job.out"
+        lines = out.read_text().splitlines()
+        spans.append((float(lines[1]), float(lines[2])))
+    spans.sort()
+    assert spans[0][1] <= spans[1][0], f"the two jobs overlapped: {spans}"
+    assert tokens.held("gpu") == (0, [])
+    assert not list((tokens.token_dir("gpu") / "holders").iterdir())
