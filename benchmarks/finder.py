@@ -346,7 +346,13 @@ def main(argv: list[str] | None = None) -> int:
             theirs["load"] = statistics.median(
                 first_loads([python, script, "load", str(DATA_DIR)], args.runs)
             )
-        ours = measure_ours(strings, CONFIG, args.runs)
+        from launchers import LaunchersError
+
+        try:
+            ours = measure_ours(strings, CONFIG, args.runs)
+        except LaunchersError as e:
+            print(f"launchers cannot use {CONFIG}:\n{e}", file=sys.stderr)
+            return 2
         ours["load"] = statistics.median(
             first_loads([sys.executable, "-c", _OURS_FIRST_LOAD, str(CONFIG)], args.runs)
         )

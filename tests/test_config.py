@@ -60,6 +60,11 @@ def test_located_errors_and_aliases() -> None:
     assert rec["c"] == {"z": 2, "k": 1}
     assert load_located("", "e.yaml") is None
     assert load_located('{"a": [1, 2]}', "j.json") == {"a": [1, 2]}
+    tabbed = load_located('{"a":\t1,\n\t"b": [1,\t2]}', "t.json")  # JSON allows tabs
+    assert tabbed == {"a": 1, "b": [1, 2]} and tabbed.value_position("b").column == 7
+    with pytest.raises(ConfigurationError) as info:
+        load_located('{"a":\t1, "a": 2}', "t.json")
+    assert (info.value.line, info.value.column) == (1, 10)
 
 
 # -- loading -----------------------------------------------------------------------------
@@ -174,7 +179,9 @@ def test_missing_required_id() -> None:
 
 
 def test_sizes_need_units() -> None:
-    e = check("local:\n  - cpu: {cores: 4, memory: 4000}\n", 2, 29, "local[0].cpu.memory", "has no unit")
+    e = check(
+        "local:\n  - cpu: {cores: 4, memory: 4000}\n", 2, 29, "local[0].cpu.memory", "has no unit"
+    )
     assert "write a size such as" in str(e)
     check("slurm:\n  - id: a\n    configuration: {gpu: {memory: '16'}}\n", 3, 35,
           "slurm[0].configuration.gpu.memory", "has no unit")  # fmt: skip
@@ -201,7 +208,9 @@ def test_invalid_regexes() -> None:
 
 
 def test_unknown_qos_in_partition() -> None:
-    text = "slurm:\n  - id: a\n    qos: {normal: {}}\n    partitions: {p: {qos: [normal, nromal]}}\n"
+    text = (
+        "slurm:\n  - id: a\n    qos: {normal: {}}\n    partitions: {p: {qos: [normal, nromal]}}\n"
+    )
     check(text, 4, 36, "slurm[0].partitions.p.qos[1]", "unknown QoS 'nromal'")
 
 
@@ -226,7 +235,9 @@ def test_unknown_top_level_kind() -> None:
 def test_unknown_token_and_connector() -> None:
     check("tokens: {gpu: 1}\nlocal:\n  - tokens: {gpus: 1}\n", 3, 20, "local[0].tokens.gpus",
           "did you mean 'gpu'")  # fmt: skip
-    check("slurm:\n  - id: a\n    connector: frnt\n", 3, 16, "slurm[0].connector", "unknown connector")
+    check(
+        "slurm:\n  - id: a\n    connector: frnt\n", 3, 16, "slurm[0].connector", "unknown connector"
+    )
     e = check("connectors: {ssh: {front: {hostname: h}}}\nslurm:\n  - id: a\n    connector: frnt\n",
               4, 16, "slurm[0].connector", "did you mean 'front'")  # fmt: skip
     assert "front" in str(e)
@@ -240,8 +251,13 @@ def test_tokens_with_ssh_connector() -> None:
 def test_connector_keys() -> None:
     text = "connectors:\n  ssh:\n    f: {port: 22, strict_host_key_checking: maybe}\n"
     e = check(text, 3, 8, "connectors.ssh.f", "missing required key 'hostname'")
-    assert "3:45: connectors.ssh.f.strict_host_key_checking: expected one of yes, accept-new, no" in str(e)
-    cfg = load_config_text("connectors:\n  ssh:\n    f: {hostname: h, strict_host_key_checking: no}\n")
+    assert (
+        "3:45: connectors.ssh.f.strict_host_key_checking: expected one of yes, accept-new, no"
+        in str(e)
+    )
+    cfg = load_config_text(
+        "connectors:\n  ssh:\n    f: {hostname: h, strict_host_key_checking: no}\n"
+    )
     assert cfg.connectors["f"].strict_host_key_checking == "no"  # YAML's boolean no
 
 
@@ -251,7 +267,13 @@ def test_remote_group_rules() -> None:
     assert "f.yaml:4:5: unicore[0].connector: is not allowed in a unicore group" in str(e)
     check("firecrest:\n  - id: d\n    site: {api_url: 'https://a', token_url: 'https://t', machine: m, client_secret: s}\n    query_slurm: true\n",
           3, 70, "firecrest[0].site.client_secret", "client_secret_env")  # fmt: skip
-    check("unicore:\n  - id: u\n    site: {url: 'ftp://x'}\n", 3, 17, "unicore[0].site.url", "https://")
+    check(
+        "unicore:\n  - id: u\n    site: {url: 'ftp://x'}\n",
+        3,
+        17,
+        "unicore[0].site.url",
+        "https://",
+    )
     check("unicore:\n  - id: u\n    site: {url: 'https://x'}\n    use_hosts: false\n", 4, 5,
           "unicore[0].use_hosts", "unknown key")  # fmt: skip
 
@@ -277,7 +299,13 @@ def test_runtime_keys() -> None:
     assert (g.export, g.status_source, g.fatal_pending) == ("NONE", "sacct", "report")
     assert g.env == (("A", "x"), ("B", "2"))
     assert ("exclusive", True) in g.sbatch_options
-    check("slurm:\n  - id: a\n    export: SOME\n", 3, 13, "slurm[0].export", "expected one of ALL, NONE")
+    check(
+        "slurm:\n  - id: a\n    export: SOME\n",
+        3,
+        13,
+        "slurm[0].export",
+        "expected one of ALL, NONE",
+    )
     check("slurm:\n  - id: a\n    env: {1A: x}\n", 3, 11, "slurm[0].env.1A", "not a variable name")
     check("slurm:\n  - id: a\n    env: {A: yes}\n", 3, 14, "slurm[0].env.A", "quote it")
     e = error_of("slurm:\n  - id: a\n    sbatch_options: {output: x, bogus: 1}\n")
@@ -329,7 +357,7 @@ def test_search_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAUNCHERS_CONFIG", str(tmp_path / "missing.yaml"))
     with pytest.raises(ConfigurationError, match="does not exist"):
         load_config()
-    with pytest.raises(ConfigurationError, match="holds no launchers.yaml"):
+    with pytest.raises(ConfigurationError, match=r"holds no launchers\.yaml"):
         load_config(tmp_path)
 
 
@@ -338,7 +366,9 @@ def test_sidecar_files(tmp_path: Path) -> None:
         "local:\n  - tokens: {gpu: 1}\nslurm:\n  - id: c\n    connector: front\n"
     )
     (tmp_path / "tokens.yaml").write_text("countertoken:\n  gpu: {tokens: 3}\n")
-    (tmp_path / "connectors.yaml").write_text("ssh:\n  front: {hostname: h.example.org, port: 2222}\n")
+    (tmp_path / "connectors.yaml").write_text(
+        "ssh:\n  front: {hostname: h.example.org, port: 2222}\n"
+    )
     cfg = load_config(tmp_path)
     assert dict(cfg.tokens) == {"gpu": 3}
     assert cfg.connectors["front"].port == 2222
@@ -404,7 +434,9 @@ def test_implicit_local_group() -> None:
     assert g.cpu.cores is not None and g.cpu.cores >= 1
     assert g.cpu.memory is not None and g.cpu.memory > 0
     assert parse_meminfo("MemFree: 1 kB\nMemTotal:  16318412 kB\n") == 16318412 * 1024
-    gpus = parse_nvidia_smi("NVIDIA A100-SXM4-40GB, 40960\nNVIDIA A100-SXM4-40GB, 40960\nTesla T4, 15360\n")
+    gpus = parse_nvidia_smi(
+        "NVIDIA A100-SXM4-40GB, 40960\nNVIDIA A100-SXM4-40GB, 40960\nTesla T4, 15360\n"
+    )
     assert [(x.model, x.count, x.memory) for x in gpus] == [
         ("NVIDIA A100-SXM4-40GB", 2, 40960 * 2**20),
         ("Tesla T4", 1, 15360 * 2**20),
@@ -433,3 +465,12 @@ def test_ten_thousand_nodes_load_fast(tmp_path: Path) -> None:
     t0 = time.perf_counter()
     load_config(f)
     assert time.perf_counter() - t0 < 0.05  # cached: a few stat calls
+
+
+def test_docs_describe_every_key() -> None:
+    from launchers.config.keys import SECTIONS
+
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    for name, table in SECTIONS.items():
+        for key in table:
+            assert f"| `{key}` |" in doc, f"docs/configuration.md lacks {name}.{key}"

@@ -23,7 +23,18 @@ FILE = "fuzz.yaml"
 PROBLEM_LINE = re.compile(rf"^{re.escape(FILE)}:\d+:\d+: ")
 
 KEYS = sorted({k for table in SECTIONS.values() for k in table} | {"use_memory_contraint"})
-VALUES = ["4G", "16", "2 days", "4", "auto", "ALL", "yes", "GPU(?P<cuda_count>\\d+)", "(", "https://h/x"]
+VALUES = [
+    "4G",
+    "16",
+    "2 days",
+    "4",
+    "auto",
+    "ALL",
+    "yes",
+    "GPU(?P<cuda_count>\\d+)",
+    "(",
+    "https://h/x",
+]
 
 scalars = st.one_of(
     st.none(),
@@ -52,6 +63,12 @@ tops = st.dictionaries(
 )
 
 
+def dump(doc: Any) -> str:
+    """YAML text of ``doc`` (libyaml's emitter when available: much faster)."""
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(doc, Dumper=dumper, sort_keys=False)
+
+
 def assert_well_formed(error: ConfigurationError) -> None:
     text = str(error)
     assert error.file == FILE and error.line is not None and error.line >= 1, text
@@ -70,16 +87,16 @@ def load(text: str) -> None:
         pass
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tops)
 def test_random_structured_documents(doc: dict[str, Any]) -> None:
-    load(yaml.safe_dump(doc, sort_keys=False))
+    load(dump(doc))
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents)
 def test_random_documents(doc: Any) -> None:
-    load(yaml.safe_dump(doc, sort_keys=False))
+    load(dump(doc))
 
 
 @settings(max_examples=200, deadline=None)
@@ -92,7 +109,7 @@ _EXAMPLE_LINES = EXAMPLE.read_text().splitlines()
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.integers(0, len(_EXAMPLE_LINES) - 1), st.sampled_from(VALUES + ["[]", "{}", "- x"]))
+@given(st.integers(0, len(_EXAMPLE_LINES) - 1), st.sampled_from([*VALUES, "[]", "{}", "- x"]))
 def test_mutated_example(index: int, value: str) -> None:
     """Replace one value of the documented example: still only well-formed errors."""
     lines = list(_EXAMPLE_LINES)
@@ -132,7 +149,8 @@ def _validate(schema: dict[str, Any], value: Any, defs: dict[str, Any], path: st
             "number": (int, float), "boolean": bool, "null": type(None),
         }  # fmt: skip
         ok = any(
-            isinstance(value, py[n]) and not (n in ("integer", "number") and isinstance(value, bool))
+            isinstance(value, py[n])
+            and not (n in ("integer", "number") and isinstance(value, bool))
             for n in names
         )
         assert ok, f"{path}: {value!r} is not {names}"
@@ -209,3 +227,63 @@ def test_cli_schema_and_validate(capsys: Any, tmp_path: Path) -> None:
     err = capsys.readouterr().err
     assert err.startswith(f"launchers: {bad}:3:31: slurm[0].partitions.p.nodes[0].featurs:")
     assert "Traceback" not in err
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+@settings(max_examples=100, deadline=None)
+@given(documents)
+def test_located_reads_what_pyyaml_reads(doc: Any) -> None:
+    """The lean resolver gives the same values as PyYAML's safe loader."""
+    from launchers.config.located import load_located
+
+    text = dump(doc)
+    assert _plain(load_located(text, FILE)) == yaml.load(text, Loader=yaml.CSafeLoader)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["down", "off", "On", "yes", "NO", "~", "null", "0x1F", "0o17",
+                                 "1_000", "1:30", "-.inf", ".NaN", "2024-01-02", "1e3", "+12",
+                                 "<<", "=", "", "true", "tRue", "08", "0b101"]) | st.text(max_size=5),
+                min_size=1, max_size=5))  # fmt: skip
+def test_plain_scalars_resolve_like_pyyaml(words: list[str]) -> None:
+    from launchers.config.located import load_located
+
+    text = "\n".join(f"k{i}: {w}" for i, w in enumerate(words)) + "\n"
+    try:
+        expected = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return
+    got = _plain(load_located(text, FILE))
+    assert repr(got) == repr(expected)
+
+
+def test_cli_validate_delegates_backend_configs(capsys: Any, tmp_path: Path) -> None:
+    import pytest
+
+    pytest.importorskip("launchers.remote.backend_config")
+    f = tmp_path / "backend.yaml"
+    f.write_text(
+        "UnicoreApiUrl: https://h/x/rest/core\nResources:\n  Queue: batch\n  MemoryPerNode: 16\n"
+    )
+    assert main(["validate", str(f)]) == 2
+    assert f"{f}:4:18: Resources.MemoryPerNode:" in capsys.readouterr().err
+    f.write_text("UnicoreApiUrl: https://h/x/rest/core\nResources:\n  Queue: batch\n")
+    assert main(["validate", str(f)]) == 0
+    assert "Compute Backend Config" in capsys.readouterr().out
+
+
+def test_cli_validate_without_configuration(capsys: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("LAUNCHERS_CONFIG", raising=False)
+    assert main(["validate"]) == 0
+    assert "implicit local launcher" in capsys.readouterr().out
+    monkeypatch.setenv("LAUNCHERS_CONFIG", str(tmp_path / "nope.yaml"))
+    assert main(["validate"]) == 2
+    assert "does not exist" in capsys.readouterr().err

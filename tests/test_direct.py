@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import test_jobs_tasks as tt
 from launchers.config.model import LocalGroup
 from launchers.errors import ExperimentFailed, JobFailedError, LaunchersError
 from launchers.jobs.experiment import experiment
@@ -20,8 +21,6 @@ from launchers.jobs.record import read_record, write_record
 from launchers.jobs.state import JobState
 from launchers.jobs.task import command
 from launchers.local.launcher import DirectLauncher
-
-import test_jobs_tasks as tt
 
 TESTS = Path(__file__).parent
 

@@ -333,7 +333,7 @@ def test_min_gpu_from_qos_rejects() -> None:
 def test_explain_messages() -> None:
     config = cfg(QOS)
     text = explain_search("cuda() & duration=96h", config=config).explanation.text()
-    assert "QoS qos_gpu-t3 allows 20h < 4d" in text
+    assert "QoS qos_gpu-t3 allows 20h < 96h" in text
     assert "0 GPUs < 1 requested" in text
 
 
@@ -657,3 +657,35 @@ def test_speed_on_ten_thousand_nodes() -> None:
         find_launcher(cpu(cores=2, mem=f"{i + 1}G"), config=config)
     cold = (time.perf_counter() - start) / 20
     assert cold < 20e-3, f"{cold * 1e3:.3f} ms per uncached call"
+
+
+def test_several_configurations_in_one_process() -> None:
+    a = cfg("local:\n  - {id: a, cpu: {cores: 2}}\n")
+    b = cfg("local:\n  - {id: b, cpu: {cores: 64}}\n")
+    assert find_launcher("cpu(cores=2)", config=a).group.id == "a"
+    assert find_launcher("cpu(cores=2)", config=b).group.id == "b"
+    assert find_launcher("cpu(cores=8)", config=a, default=None) is None
+    assert find_launcher("cpu(cores=8)", config=b).group.id == "b"
+
+
+def test_distribution_over_alternatives() -> None:
+    config = cfg(TWO_GROUPS)
+    x = cpu(cores=2)
+    value = x & (cuda_gpu(mem="80G") | duration("1h"))
+    assert [str(a) for a in value.requirements] == [str(x & cuda_gpu(mem="80G")), str(x & duration("1h"))]
+    assert find_launcher(value, config=config) == find_launcher(
+        "cpu(cores=2) & cuda(mem=80G) | cpu(cores=2) & duration=1h", config=config
+    )
+    # the operands are unchanged
+    assert x == cpu(cores=2)
+
+
+def test_partition_duration_reason() -> None:
+    text = explain_search("duration=25h", config=cfg(QOS.replace("qos: [qos_long]", "qos: []"))).explanation.text()
+    assert "partition long, node group 0 (cpu): partition allows 24h < 25h requested" in text
+
+
+def test_disabled_local_group_and_empty_search() -> None:
+    config = cfg("local:\n  - {id: down, disabled: true}\n")
+    with pytest.raises(LauncherNotFoundError, match="group is disabled"):
+        find_launcher("cpu()", config=config)

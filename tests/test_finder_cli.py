@@ -73,8 +73,8 @@ def test_not_found_exit_1_explains_on_stderr(config: str, capsys: pytest.Capture
     assert main(["find", "cuda(mem=24G)*2 & duration=101h", "--config", config]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert "QoS qos_gpu-t3 allows 20h < 4d5h" in captured.err
-    assert "QoS qos_gpu-t4 allows 4d4h < 4d5h" in captured.err
+    assert "QoS qos_gpu-t3 allows 20h < 101h" in captured.err
+    assert "QoS qos_gpu-t4 allows 100h < 101h" in captured.err
     assert "partition heavy is disabled" in captured.err
     assert "GPU memory 12 GiB < 24 GiB requested" in main_err(config, "cuda(mem=24G)*9", capsys)
 

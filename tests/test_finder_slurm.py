@@ -67,3 +67,23 @@ def test_sbatch_accepts_finder_options(
     if use_features == "false":
         assert any(a.startswith("--exclude=") for a in args) and not any("nodelist" in a for a in args)
     assert _test_only(args, slurm_env) in nodes
+
+
+@pytest.mark.slurm
+def test_query_slurm_searches_the_live_partitions(slurm_env: dict[str, str]) -> None:
+    config = load_config_text(
+        textwrap.dedent(
+            """
+            slurm:
+              - id: live
+                query_slurm: true
+                features_regex: ["GPU(?P<cuda_count>\\\\d+)", "GPUM(?P<cuda_memory>\\\\d+G)"]
+            """
+        ),
+        "live.yaml",
+    )
+    # debug's MaxTime is 1h: a 2h job goes to partition gpu, on the 48G card of gpu01
+    launcher = find_launcher("cuda(mem=40G) & duration=2h", config=config)
+    assert launcher.options.partition == "gpu"
+    assert "GPUM24G" not in (launcher.options.constraint or "")
+    assert _test_only(launcher.sbatch_args(), slurm_env) == "gpu01"

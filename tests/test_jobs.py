@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 
 import launchers
+import test_jobs_tasks as tt
 from launchers.errors import LaunchersError, TaskError
 from launchers.jobs.record import HISTORY_LIMIT, StateRecord, read_record, write_record
 from launchers.jobs.state import JobState
 from launchers.jobs.task import canonical_json, command, sanitize_name, task
 from launchers.local.launcher import DirectLauncher
-
-import test_jobs_tasks as tt
 
 
 def test_public_names() -> None:

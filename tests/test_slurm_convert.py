@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from launchers.config.loader import load_config_text
 from launchers.errors import ConfigurationError, LaunchersError
-from launchers.slurm.convert import convert_text
+from launchers.slurm.convert import convert_text, duration_text
 from launchers.slurm.scontrol import (
     ScontrolFormatError,
     cluster_name,
@@ -356,6 +356,33 @@ def test_nodes_without_partition_are_reported() -> None:
         convert_text(node("lonely", partitions=None))
 
 
+def test_partitions_text_adds_time_limits_order_and_state() -> None:
+    result = convert_text(SANDBOX_NODES, partitions_text=SANDBOX_PARTITIONS)
+    doc = yaml.safe_load(result.text)
+    parts = doc["slurm"][0]["partitions"]
+    assert list(parts) == ["debug", "gpu", "long"]  # scontrol's order; unknown ones last
+    assert parts["debug"]["configuration"] == {"max_duration": "1h"}
+    assert parts["gpu"]["configuration"] == {"max_duration": "1d"}
+    assert "configuration" not in parts["long"] and "scratch" not in parts
+    assert result.warnings == (
+        "partition(s) not in the partitions text (hidden?), kept without a time limit: long",)
+    inactive = SANDBOX_PARTITIONS.replace("State=UP TotalCPUs=24", "State=DRAIN TotalCPUs=24")
+    doc = yaml.safe_load(convert_text(SANDBOX_NODES, partitions_text=inactive).text)
+    assert doc["slurm"][0]["partitions"]["debug"]["disabled"] is True
+    (g,) = load_config_text(result.text, "p.yaml").groups
+    assert [p.configuration.max_duration for p in g.partitions] == [3600, 86400, None]  # type: ignore[union-attr]
+    with pytest.raises(ScontrolFormatError, match="no partition records found"):
+        convert_text(SANDBOX_NODES, partitions_text="\n")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(3600, "1h"), (86400, "1d"), (7 * 86400, "7d"), (5400, "90m"), (61, "61s"), (0, "0s")],
+)
+def test_duration_text(seconds: int, text: str) -> None:
+    assert duration_text(seconds) == text
+
+
 # ---------------------------------------------------------------- the command
 
 
@@ -366,6 +393,17 @@ def test_cli_convert_and_no_hosts() -> None:
     assert load_config_text(proc.stdout.decode(), "out.yaml").groups[0].id == "slurm"
     proc = run_cli(SANDBOX_NODES.encode(), "--no-hosts")
     assert proc.returncode == 0 and b"use_hosts: false" in proc.stdout
+
+
+def test_cli_partitions_file(tmp_path: Path) -> None:
+    parts = tmp_path / "partitions.txt"
+    parts.write_text(SANDBOX_PARTITIONS)
+    proc = run_cli(SANDBOX_NODES.encode(), "--partitions", str(parts), "--id", "sandbox")
+    assert proc.returncode == 0, proc.stderr
+    assert b"max_duration: 1h" in proc.stdout and b"id: sandbox" in proc.stdout
+    assert proc.stderr.decode().startswith("launchers: warning: partition(s) not in the")
+    proc = run_cli(SANDBOX_NODES.encode(), "--partitions", str(tmp_path / "missing.txt"))
+    assert proc.returncode == 2 and b"missing.txt: cannot read" in proc.stderr
 
 
 @pytest.mark.parametrize(
@@ -415,7 +453,7 @@ def test_every_node_keeps_its_own_features_and_partitions(spec: list[Any]) -> No
             for host in g["hosts"]:
                 seen.setdefault(host, set()).add(pname)
                 (_n, f, _p, c, gres) = next(t for t in spec if t[0] == host)
-                assert g["features"] == f
+                assert sorted(g["features"]) == sorted(f)  # same set; the first node's order
                 assert g["configuration"]["cpu"] == {"cores": c, "memory": "1000M"}
                 assert g["configuration"]["gpu"]["count"] == {"(null)": 0, "gpu:2": 2}.get(gres, 4)
     assert seen == {n: set(p) for n, _f, p, _c, _g in spec}

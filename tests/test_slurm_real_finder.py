@@ -137,6 +137,24 @@ def test_no_hosts_config_still_finds(slurm_cluster: dict[str, str]) -> None:
     assert sbatch_test_only(args, slurm_cluster["CLUSTER_JOBS_DIR"]).returncode == 0
 
 
+def test_convert_with_partitions_reads_time_limits(
+    slurm_cluster: dict[str, str], tmp_path: Any
+) -> None:
+    parts = tmp_path / "partitions.txt"
+    parts.write_text(scontrol("show", "partitions"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "launchers", "slurm", "convert", "--partitions", str(parts)],
+        input=scontrol("show", "nodes"), capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    cfg = with_gpu_memory(proc.stdout, "regex")
+    launcher = find_launcher("duration=2h & cpu(cores=2)", config=cfg)
+    assert "debug" not in launcher.options.partition.split(",")
+    assert sbatch_test_only(launcher.sbatch_args(), slurm_cluster["CLUSTER_JOBS_DIR"]).returncode == 0
+    with pytest.raises(LauncherNotFoundError):
+        find_launcher("duration=8 days & cpu()", config=cfg)
+
+
 # ---------------------------------------------------------------- query_slurm
 
 QUERY_YAML = """\
@@ -191,7 +209,7 @@ def test_query_slurm_respects_partition_time_limits(
 
 
 def test_query_slurm_too_long_is_not_found(queried: LaunchersConfig) -> None:
-    with pytest.raises(LauncherNotFoundError, match="partition allows 7d"):
+    with pytest.raises(LauncherNotFoundError, match=r"(?s)partition debug.*partition long"):
         find_launcher("duration=8 days & cpu()", config=queried)
 
 

@@ -154,6 +154,11 @@ def test_registry_one_instance_per_config_and_name(tmp_path: Path) -> None:
             registry.get_connector("nope", conf1)
         with pytest.raises(ConfigurationError, match="unknown connector 'cl'"):
             registry.get_connector("cl", None)
+        edited = LaunchersConfig(
+            connectors={"cl": attrs.evolve(a, port=2200)}, path=tmp_path / "one.yaml"
+        )
+        c3 = registry.get_connector("cl", edited)
+        assert c3 is not c1 and isinstance(c3, SSHConnector) and c3.config.port == 2200
     finally:
         registry.forget_all()
 
@@ -482,6 +487,15 @@ def test_ssh_config_host_alias(sandbox: dict[str, str], tmp_path: Path, monkeypa
         run(using(SSHConnector(off), lambda c: c.run(["whoami"])))
 
 
+def test_broken_ssh_config_is_a_configuration_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text("Host broken\n  Port notanumber\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    c = SSHConnector(SSHConnectorConfig(name="b", hostname="broken", connect_timeout=2))
+    with pytest.raises(ConfigurationError, match=r"connectors\.ssh\.b\.ssh_config: .*line 2"):
+        run(using(c, lambda c: c.run(["true"])))
+
+
 @pytest.mark.ssh
 def test_proxy_jump_through_the_same_sshd(sandbox: dict[str, str]) -> None:
     port = sandbox["CLUSTER_SSH_PORT"]
@@ -525,6 +539,7 @@ class OwnSSHD:
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
             "StrictModes no\nPrintMotd no\nMaxSessions 100\nLogLevel INFO\n"
             "Subsystem sftp internal-sftp\n"
+            f"SetEnv SLURM_CONF={cluster_dir}/etc/slurm.conf\n"
         )
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -578,8 +593,7 @@ def test_reconnects_and_command_issued_during_outage_succeeds(own_sshd: tuple[Ow
 
     async def body() -> None:
         assert (await c.run(["echo", "before"])).stdout == "before\n"
-        server.kill()
-        await asyncio.sleep(0.3)  # the client sees the connection drop
+        server.kill()  # no pause: the command below may find the loss not yet noticed
 
         async def restart_later() -> None:
             await asyncio.sleep(1.5)
@@ -608,7 +622,13 @@ def test_outage_longer_than_command_timeout_raises(own_sshd: tuple[OwnSSHD, SSHC
 
     async def body() -> None:
         await c.run(["true"])
+        in_flight = asyncio.create_task(c.run(["sleep", "5"], timeout=10))
+        await asyncio.sleep(0.5)
+        t0 = time.monotonic()
         server.kill()
+        with pytest.raises(ConnectorError, match="failed in transit"):
+            await in_flight  # a command running when the connection drops fails at once
+        assert time.monotonic() - t0 < 1.5
         await asyncio.sleep(0.3)
         t0 = time.monotonic()
         with pytest.raises(ConnectorError, match=r"lost .* not back after waiting 2 s"):

@@ -104,7 +104,7 @@ def table(records: list[tuple[Path, StateRecord]]) -> str:
         for _, r in records
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths)) + "  " + row[-1] for row in rows]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1] for row in rows]
     return "\n".join(line.rstrip() for line in lines)
 
 

@@ -1,4 +1,5 @@
-"""``launchers slurm convert [--no-hosts]``: ``scontrol show nodes`` on stdin -> launchers.yaml on stdout."""
+"""``launchers slurm convert [--no-hosts] [--id NAME] [--partitions FILE]``: ``scontrol show nodes``
+on stdin -> launchers.yaml on stdout."""
 
 from __future__ import annotations
 
@@ -33,6 +34,13 @@ def register(subparsers: Any) -> None:
         default=None,
         help="group id (default: the cluster named in the text, else 'slurm')",
     )
+    convert.add_argument(
+        "--partitions",
+        metavar="FILE",
+        default=None,
+        help="also read `scontrol show partitions` output from FILE: partition order, "
+        "MaxTime as max_duration, State other than UP as disabled",
+    )
     convert.set_defaults(func=run_convert)
     parser.set_defaults(func=lambda args: _usage(parser))
 
@@ -52,11 +60,34 @@ def _read_stdin() -> str:
         ) from None
 
 
+def _read_file(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise LaunchersError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LaunchersError(f"{path}: not UTF-8 text (byte {e.start})") from None
+
+
 def run_convert(args: argparse.Namespace) -> int:
     """Convert stdin to stdout; warnings (such as nodes in no partition) go to stderr."""
     from ..slurm.convert import convert_text
 
-    result = convert_text(_read_stdin(), no_hosts=args.no_hosts, group_id=args.group_id)
+    partitions_text = None
+    if args.partitions is not None:
+        partitions_text = _read_file(args.partitions)
+    if sys.stdin.isatty():
+        print("launchers: reading `scontrol show nodes` output from stdin (end with Ctrl-D)", file=sys.stderr)
+    result = convert_text(
+        _read_stdin(),
+        no_hosts=args.no_hosts,
+        group_id=args.group_id,
+        partitions_text=partitions_text,
+        partitions_source=args.partitions or "<partitions>",
+    )
     for warning in result.warnings:
         print(f"launchers: warning: {warning}", file=sys.stderr)
     sys.stdout.write(result.text)

@@ -12,6 +12,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from launchers.config.implicit import implicit_local_group
 from launchers.config.loader import (
     ENV_VAR,
     default_search_path,
@@ -21,6 +22,7 @@ from launchers.config.loader import (
 )
 from launchers.config.located import load_located
 from launchers.errors import ConfigurationError
+from launchers.units import format_size
 
 BACKEND_KEYS = ("Resources", "UnicoreApiUrl", "Firecrest")
 
@@ -75,6 +77,14 @@ def _validate_backend(path: Path) -> int:
     return 0
 
 
+def _machine() -> str:
+    """This machine as the implicit local launcher sees it."""
+    g = implicit_local_group()
+    memory = format_size(g.cpu.memory) if g.cpu.memory else "unknown memory"
+    gpus = ", ".join(f"{x.count} x {x.model} ({format_size(x.memory)})" for x in g.gpus)
+    return f"{g.cpu.cores} cores, {memory}, {gpus or 'no GPU'}"
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate ``args.path`` (or the configuration on the search path)."""
     if args.path is not None:
@@ -86,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         searched = ", ".join(str(p) for p in default_search_path())
         print(
             f"no configuration found (${ENV_VAR} unset; searched {searched}): "
-            "find_launcher uses the implicit local launcher describing this machine"
+            f"find_launcher uses the implicit local launcher: {_machine()}"
         )
         return 0
     config = load_config(found)

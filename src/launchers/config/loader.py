@@ -48,6 +48,7 @@ CONNECTORS_NAME = "connectors.yaml"
 TOKENS_NAME = "tokens.yaml"
 ENV_VAR = "LAUNCHERS_CONFIG"
 _GROUP_KINDS = ("local", "slurm", "unicore", "firecrest")
+_NO_CONFIGURATION = ResourceConfig()  # frozen: one shared value for "nothing set"
 
 
 # ------------------------------------------------------------------------------------------
@@ -138,9 +139,10 @@ def load_config(config: Any = None) -> LaunchersConfig:
         if hit is not None and hit[0] == signature:
             return hit[1]
     text = _read_text(path)
-    extra = [(p, _read_text(p)) for p in sidecars if signature[1 + sidecars.index(p)] is not None]
-    connectors_text = next((t for p, t in extra if p.name == CONNECTORS_NAME), None)
-    tokens_text = next((t for p, t in extra if p.name == TOKENS_NAME), None)
+    connectors_text, tokens_text = (
+        _read_text(p) if stat is not None else None
+        for p, stat in zip(sidecars, signature[1:], strict=True)
+    )
     result = _load(
         text,
         str(path),
@@ -299,6 +301,13 @@ class _Builder:
                     )
                     continue
                 first_pos[name] = ssh.pos
+                port = ssh.get("port", 22)
+                if port > 65535:
+                    self.r.problem(
+                        ssh.at("port"),
+                        join(ssh.path, "port"),
+                        f"a port is at most 65535, not {port}",
+                    )
                 if "hostname" not in ssh:
                     continue  # already reported
                 self.connectors[name] = SSHConnectorConfig(name=name, **ssh.values)
@@ -439,7 +448,7 @@ class _Builder:
     # -- slurm-like matching keys ---------------------------------------------------------
     def configuration(self, sec: Any) -> ResourceConfig:
         if not isinstance(sec, Sec):
-            return ResourceConfig()
+            return _NO_CONFIGURATION
         cpu = sec.get("cpu")
         gpu = sec.get("gpu")
         return ResourceConfig(
@@ -475,6 +484,13 @@ class _Builder:
             nodes = []
             for n in p.get("nodes", []):
                 nconf = self.configuration(n.get("configuration"))
+                hosts, count = n.get("hosts", ()), n.get("count")
+                if hosts and count is not None and count != len(hosts):
+                    self.r.problem(
+                        n.at("count"),
+                        join(n.path, "count"),
+                        f"count is {count} but {len(hosts)} hosts are listed; drop count or fix it",
+                    )
                 mem_per_cpu = mem_per_cpu or nconf.cpu.mem_per_cpu is not None
                 nodes.append(
                     NodeGroup(
@@ -511,7 +527,7 @@ class _Builder:
         if not use_mem and not mem_per_cpu:
             self.r.problem(
                 sec.at("use_memory_constraint"),
-                join(sec.path, "use_memory_constraint"),
+                sec.at("use_memory_constraint").key,  # as written (maybe the older spelling)
                 "use_memory_constraint: false asks cores instead of memory, which needs "
                 "cpu.mem_per_cpu in a configuration of this group (none is set)",
             )

@@ -290,6 +290,24 @@ def _plain_to_located(value: Any, file: str | None) -> Any:
     return value
 
 
+def _load_json(text: str, file: str | None, yaml_exc: yaml.YAMLError) -> Any:
+    """JSON that libyaml refused: usually tabs, which JSON allows only as whitespace (never raw
+    inside strings), so they become spaces and positions stay exact."""
+    if "\t" in text:
+        try:
+            return load_located(text.replace("\t", " "), file)
+        except ConfigurationError:
+            pass
+    try:
+        return _plain_to_located(json.loads(text), file)
+    except json.JSONDecodeError as e:
+        raise ConfigurationError(
+            f"JSON syntax error: {e.msg}", file=file, line=e.lineno, column=e.colno
+        )
+    except ValueError:
+        raise _yaml_error(yaml_exc, file)
+
+
 def _reader_error(exc: Any, text: str, file: str | None) -> ConfigurationError:
     """A bad character (PyYAML reports an index, not a line)."""
     index = getattr(exc, "position", 0) or 0
@@ -323,10 +341,7 @@ def load_located(text: str, file: str | None = None) -> Any:
             )
         except yaml.YAMLError as exc:
             if (file or "").endswith(".json") or text.lstrip().startswith(("{", "[")):
-                try:
-                    return _plain_to_located(json.loads(text), file)
-                except ValueError:
-                    pass
+                return _load_json(text, file, exc)
             raise _yaml_error(exc, file)
         if node is None:
             return None

@@ -72,7 +72,8 @@ class ResourceConfig:
 
     def merged(self, more_specific: ResourceConfig) -> ResourceConfig:
         """A new layer where every field set in ``more_specific`` wins."""
-        return _merge(self, more_specific)  # type: ignore[no-any-return]
+        merged: ResourceConfig = _merge(self, more_specific)
+        return merged
 
 
 @attrs.frozen
@@ -244,7 +245,7 @@ class FirecrestGroup(SlurmGroup):
         return "firecrest"
 
 
-Group = Union[LocalGroup, SlurmGroup, UnicoreGroup, FirecrestGroup]
+Group = Union[LocalGroup, SlurmGroup, UnicoreGroup, FirecrestGroup]  # noqa: UP007
 
 
 @attrs.frozen

@@ -33,6 +33,7 @@ from launchers.errors import ConfigurationError, LaunchersError
 from launchers.units import UnitError, parse_duration, parse_size
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SPACE = re.compile(r"\s")
 
 
 class Bad:
@@ -69,8 +70,11 @@ def did_you_mean(word: str, choices: Any) -> str:
 
 
 def join(path: str, key: Any) -> str:
-    """Key path of ``key`` below ``path`` (``slurm[0].partitions``)."""
-    return f"{path}.{key}" if path else str(key)
+    """Key path of ``key`` below ``path`` (``slurm[0].partitions``); odd names are quoted."""
+    name = key if key.__class__ is str else str(key)
+    if not name.isidentifier() and (not name.isprintable() or _SPACE.search(name) or not name):
+        return f"{path}[{name!r}]"
+    return f"{path}.{name}" if path else name
 
 
 _NO_KEY = object()
@@ -93,8 +97,14 @@ class Loc:
         if isinstance(src, Position):
             pos = src
         elif self.key is not _NO_KEY and isinstance(src, LDict):
+            mark = src._values.get(self.key)
+            if mark is not None:  # fast path: one Position, straight from the parser's mark
+                return Position(src._file, mark.line + 1, mark.column + 1, self.path)
             pos = src.value_position(self.key)
         elif self.index is not None and isinstance(src, LList):
+            if 0 <= self.index < len(src._items):
+                mark = src._items[self.index]
+                return Position(src._file, mark.line + 1, mark.column + 1, self.path)
             pos = src.item_position(self.index)
         else:
             p = getattr(src, "position", None)
@@ -102,15 +112,17 @@ class Loc:
         return Position(file=pos.file, line=pos.line, column=pos.column, key=self.path)
 
 
-@attrs.define
 class Sec:
     """The converted keys of one mapping, with where they were read."""
 
-    path: str
-    loc: Loc
-    values: dict[str, Any] = attrs.field(factory=dict)
-    locs: dict[str, Loc] = attrs.field(factory=dict)
-    items: dict[str, LList] = attrs.field(factory=dict)
+    __slots__ = ("items", "loc", "locs", "path", "values")
+
+    def __init__(self, path: str, loc: Loc) -> None:
+        self.path = path
+        self.loc = loc
+        self.values: dict[str, Any] = {}
+        self.locs: dict[str, Loc] = {}
+        self.items: dict[str, LList] = {}
 
     @property
     def pos(self) -> Position:
@@ -132,7 +144,8 @@ class Sec:
         """Where item ``index`` of the list under ``key`` was written."""
         items = self.items.get(key)
         if items is not None and 0 <= index < len(items):
-            return attrs.evolve(items.item_position(index), key=f"{join(self.path, key)}[{index}]")
+            written = self.locs[key].path if key in self.locs else join(self.path, key)
+            return attrs.evolve(items.item_position(index), key=f"{written}[{index}]")
         return self.at(key)
 
 
@@ -193,7 +206,7 @@ class Reader:
                 kpos = _key_position(value, raw_key, loc)
                 self.problem(kpos, path, f"a key must be a name, found {describe(raw_key)}")
                 continue
-            kpath = f"{path}.{raw_key}" if path else raw_key
+            kpath = join(path, raw_key)
             if raw_key in forbidden or raw_key in aliases or raw_key not in table:
                 kpos = _key_position(value, raw_key, loc)
                 if raw_key in forbidden:
@@ -217,7 +230,6 @@ class Reader:
                         kpos, kpath, f"{raw_key!r} and {seen[key]!r} are the same key; keep one"
                     )
                     continue
-                kpath = f"{path}.{key}" if path else key
             else:
                 key = raw_key
                 if key in seen:  # an alias came first
@@ -395,6 +407,13 @@ class Reader:
         sec = Sec(path=path, loc=loc)
         count = Key("int", "", minimum=1)
         for name, value, _kloc, vloc in self._named_items(raw, path, loc):
+            if isinstance(value, dict) and "tokens" in value:
+                self.problem(
+                    vloc,
+                    vloc.path,
+                    f"write {name}: COUNT here ({{tokens: N}} is tokens.yaml's form)",
+                )
+                continue
             n = self._v_int(count, value, vloc.path, vloc)
             if n is not BAD:
                 sec.values[name] = n
@@ -510,7 +529,7 @@ def _key_position(container: Any, key: Any, loc: Loc) -> Position:
     return loc.position
 
 
-_NULL_OK = frozenset({"section", "map", "list", "any"})
+_NULL_OK = frozenset({"map", "list", "any"})  # a null section means "not set"
 _METHODS = {kind: f"_v_{kind}" for kind in KINDS}
 
 

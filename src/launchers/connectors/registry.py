@@ -44,13 +44,15 @@ def get_connector(name: str, config: LaunchersConfig | None = None) -> Connector
     key = (None if name == LOCAL else _config_key(config), name)
     with _lock:
         found = _instances.get(key)
-        if found is not None:
-            return found
         if name == LOCAL:
+            if found is not None:
+                return found
             conn = _local()
         else:
             declared = dict(config.connectors) if config is not None else {}
             cfg = declared.get(name)
+            if found is not None and (cfg is None or getattr(found, "config", None) == cfg):
+                return found  # an edited file with other settings gets a new connector
             if cfg is None:
                 known = ", ".join([LOCAL, *sorted(declared)])
                 where = f" in {config.path}" if config is not None and config.path else ""

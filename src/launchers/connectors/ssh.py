@@ -194,20 +194,24 @@ class _HostKeyCheck:
     policy: str
     refusal: str = ""
     changed: bool = False
+    _known: Any = None
 
     def known_hosts(self) -> Any:
         """The ``known_hosts`` argument for asyncssh (None disables checking)."""
         if self.policy == "no":
             return None
-        if os.path.exists(self.path):
-            try:
-                return asyncssh.read_known_hosts(self.path)
-            except (OSError, ValueError, asyncssh.Error) as e:
-                raise ConfigurationError(
-                    f"cannot read known_hosts file {self.path}: {e}",
-                    key=f"connectors.ssh.{self.connector}.known_hosts",
-                )
-        return asyncssh.import_known_hosts("")
+        if self._known is None:
+            if os.path.exists(self.path):
+                try:
+                    self._known = asyncssh.read_known_hosts(self.path)
+                except (OSError, ValueError, asyncssh.Error) as e:
+                    raise ConfigurationError(
+                        f"cannot read known_hosts file {self.path}: {e}",
+                        key=f"connectors.ssh.{self.connector}.known_hosts",
+                    )
+            else:
+                self._known = asyncssh.import_known_hosts("")
+        return self._known
 
     def check(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
         """Called by asyncssh for a key not listed for this host: accept or refuse it."""
@@ -314,6 +318,7 @@ class SSHConnector(Connector):
         self._conn: asyncssh.SSHClientConnection | None = None
         self._hops: list[asyncssh.SSHClientConnection] = []
         self._sftp: asyncssh.SFTPClient | None = None
+        self._sftp_conn: asyncssh.SSHClientConnection | None = None
         self._sftp_home: str | None = None
         self._home: str | None = None
         self._closed = False
@@ -523,9 +528,18 @@ class SSHConnector(Connector):
                 f"cannot load the identity file: {e}{hint}",
                 key=f"connectors.ssh.{self.name}.identity_file",
             )
+        except asyncssh.ConfigParseError as e:
+            raise ConfigurationError(
+                f"cannot use ~/.ssh/config: {e} (or set ssh_config: false)",
+                key=f"connectors.ssh.{self.name}.ssh_config",
+            )
         except (OSError, asyncssh.Error, asyncio.TimeoutError, EOFError) as e:
             text = str(e) or type(e).__name__
             raise ConnectorError(f"connector {self.name}: cannot connect to {where}: {text}")
+        except ValueError as e:  # asyncssh rejects an option value (from ~/.ssh/config or ours)
+            raise ConfigurationError(
+                f"cannot connect to {where}: {e}", key=f"connectors.ssh.{self.name}"
+            )
 
     async def _open(self) -> None:
         """Open the connection (through ``proxy_jump`` hops, each checked the same way)."""
@@ -571,18 +585,8 @@ class SSHConnector(Connector):
         )
         shown = shlex.join(argv)
         limit = float(timeout if timeout is not None else self.config.command_timeout)
-        conn = await self._connection(limit)
         async with self._channels:
-            try:
-                proc = await asyncio.wait_for(
-                    conn.create_process(command, encoding=None, request_pty=False), limit
-                )
-            except asyncio.TimeoutError:
-                raise ConnectorError(
-                    f"connector {self.name}: no channel opened for {shown!r} within {limit:g} s"
-                )
-            except (OSError, asyncssh.Error) as e:
-                raise ConnectorError(f"connector {self.name}: cannot run {shown!r}: {e}")
+            conn, proc = await self._start(command, shown, limit)
             out, err = bytearray(), bytearray()
             try:
                 await asyncio.wait_for(self._communicate(proc, input, out, err), limit)
@@ -610,6 +614,29 @@ class SSHConnector(Connector):
             stdout=_decode(bytes(out)),
             stderr=_decode(err_clean),
         )
+
+    async def _start(
+        self, command: str, shown: str, limit: float
+    ) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess[bytes]]:
+        """Open a channel running ``command``; if the connection turns out to be gone before
+        the channel opened (nothing ran), wait for the reconnect and try again."""
+        deadline = time.monotonic() + limit
+        while True:
+            conn = await self._connection(max(deadline - time.monotonic(), 0.0))
+            try:
+                proc = await asyncio.wait_for(
+                    conn.create_process(command, encoding=None, request_pty=False),
+                    max(deadline - time.monotonic(), 0.001),
+                )
+                return conn, proc
+            except asyncio.TimeoutError:
+                raise ConnectorError(
+                    f"connector {self.name}: no channel opened for {shown!r} within {limit:g} s"
+                )
+            except (OSError, asyncssh.Error) as e:
+                if conn.is_closed() and time.monotonic() < deadline:
+                    continue
+                raise ConnectorError(f"connector {self.name}: cannot run {shown!r}: {e}")
 
     @staticmethod
     async def _communicate(
@@ -657,10 +684,13 @@ class SSHConnector(Connector):
         return self._home
 
     # ---------------------------------------------------------------- files (SFTP)
-    async def _sftp_client(self) -> tuple[asyncssh.SFTPClient, str]:
-        conn = await self._connection(float(self.config.command_timeout))
+    async def _sftp_client(
+        self, budget: float
+    ) -> tuple[asyncssh.SSHClientConnection, asyncssh.SFTPClient, str]:
+        """The connection, its SFTP channel (opened once per connection) and the remote home."""
+        conn = await self._connection(budget)
         async with self._sftp_lock:
-            if self._sftp is None or self._conn is not conn:
+            if self._sftp is None or self._sftp_conn is not conn:
                 try:
                     sftp = await asyncio.wait_for(
                         conn.start_sftp_client(), self.config.command_timeout
@@ -671,9 +701,10 @@ class SSHConnector(Connector):
                         f"connector {self.name}: cannot open SFTP on {self.target}: {e or type(e).__name__}"
                     )
                 self._sftp = sftp
+                self._sftp_conn = conn
                 self._sftp_home = home if isinstance(home, str) else home.decode()
             assert self._sftp_home is not None
-            return self._sftp, self._sftp_home
+            return conn, self._sftp, self._sftp_home
 
     @staticmethod
     def _expand(path: str, home: str) -> str:
@@ -684,21 +715,29 @@ class SSHConnector(Connector):
         return path
 
     async def _file_op(self, what: str, path: str, op: Any) -> Any:
-        """Run ``op(sftp, expanded_path)`` with a timeout and mapped errors."""
-        sftp, home = await self._sftp_client()
-        full = self._expand(path, home)
-        try:
-            return await asyncio.wait_for(op(sftp, full), self.config.command_timeout)
-        except asyncssh.SFTPNoSuchFile:
-            raise FileNotFoundError(2, f"{what}: no such file on {self.name}", full)
-        except asyncssh.SFTPPermissionDenied:
-            raise PermissionError(13, f"{what}: permission denied on {self.name}", full)
-        except asyncio.TimeoutError:
-            raise ConnectorError(
-                f"connector {self.name}: {what} {full} timed out after {self.config.command_timeout} s"
-            )
-        except (OSError, asyncssh.Error) as e:
-            raise ConnectorError(f"connector {self.name}: {what} {full} failed: {e}")
+        """Run ``op(sftp, expanded_path)`` within ``command_timeout``, errors mapped; after a
+        connection loss the (idempotent) operation is tried again once reconnected."""
+        limit = float(self.config.command_timeout)
+        deadline = time.monotonic() + limit
+        while True:
+            conn, sftp, home = await self._sftp_client(max(deadline - time.monotonic(), 0.0))
+            full = self._expand(path, home)
+            try:
+                return await asyncio.wait_for(
+                    op(sftp, full), max(deadline - time.monotonic(), 0.001)
+                )
+            except asyncssh.SFTPNoSuchFile:
+                raise FileNotFoundError(2, f"{what}: no such file on {self.name}", full)
+            except asyncssh.SFTPPermissionDenied:
+                raise PermissionError(13, f"{what}: permission denied on {self.name}", full)
+            except asyncio.TimeoutError:
+                raise ConnectorError(
+                    f"connector {self.name}: {what} {full} timed out after {limit:g} s"
+                )
+            except (OSError, asyncssh.Error) as e:
+                if conn.is_closed() and time.monotonic() < deadline:
+                    continue
+                raise ConnectorError(f"connector {self.name}: {what} {full} failed: {e}")
 
     async def write_file(self, path: str, data: bytes, *, mode: int | None = None) -> None:
         """Write atomically: parents created, temporary name, ``posix-rename`` over ``path``."""

@@ -14,8 +14,8 @@ import attrs
 
 from ..language.values import HostRequirement
 from .explain import Explanation
-from .hosts import Candidate, GroupIndex, Host
-from .match import Reason, problems
+from .hosts import Candidate, GroupIndex, Host, node_group_text
+from .match import Reason, fit, problems
 
 #: A soundness step: (what, partition index, node group index); what is one of
 #: ``drop_partition``, ``drop_clauses``, ``exclude``, ``unsound``.
@@ -104,8 +104,7 @@ def _note(sel: Selection, event: Event) -> str:
     index = sel.index
     ng = index.node_groups[pi][ni]
     name = index.group.partitions[pi].name
-    feats = "&".join(ng.features) if ng.features else ",".join(ng.hosts) or "no features"
-    label = f"node group {ni} ({feats}) of partition {name}"
+    label = f"node group {ni} ({node_group_text(ng)}) of partition {name}"
     why = _why(sel, pi, ni)
     if what == "drop_partition":
         return f"soundness: dropped partition {name}: Slurm could place the job on {label}, which does not match ({why})"
@@ -190,6 +189,29 @@ def _remember(memo: dict[object, object], key: object, value: object) -> None:
     memo[key] = value
 
 
+#: Above this many rejected candidates, rejections are summarised by reason.
+DETAIL_LIMIT = 40
+
+
+def _explain_rejections(
+    index: GroupIndex, results: list[tuple[tuple[Reason, ...], int]], ok: list[bool], explain: Explanation
+) -> None:
+    texts = ["; ".join(str(r) for r in res[0]) for res in results]
+    rejected = [c for c in index.candidates if not ok[c.hidx]]
+    if len(rejected) <= DETAIL_LIMIT:
+        for c in rejected:
+            explain.add(f"{c.label()}: {texts[c.hidx]}", 2)
+        return
+    by_reason: dict[str, list[Candidate]] = {}
+    for c in rejected:
+        by_reason.setdefault(texts[c.hidx], []).append(c)
+    explain.add(f"{len(rejected)} candidates rejected, by reason:", 2)
+    for text, cands in by_reason.items():
+        examples = "; ".join(c.label() for c in cands[:3])
+        more = f"; and {len(cands) - 3} more" if len(cands) > 3 else ""
+        explain.add(f"{text}: {len(cands)} candidates ({examples}{more})", 3)
+
+
 def select(
     index: GroupIndex,
     alt: HostRequirement,
@@ -197,13 +219,11 @@ def select(
     single_partition: bool = False,
 ) -> Selection | None:
     """The launcher choice of one group for one alternative, or ``None`` if nothing matches."""
-    first_only = explain is None
-    results = [problems(alt, host, first_only) for host in index.hosts]
-    ok = [not r[0] for r in results]
+    needed = [fit(alt, host) for host in index.hosts]
+    ok = [n >= 0 for n in needed]
     if explain is not None:
-        for c in index.candidates:
-            if not ok[c.hidx]:
-                explain.add(f"{c.label()}: " + "; ".join(str(r) for r in results[c.hidx][0]), 2)
+        results = [problems(alt, host, first_only=False) for host in index.hosts]
+        _explain_rejections(index, results, ok, explain)
         for p in index.disabled:
             explain.add(f"partition {p.name} is disabled", 2)
         if not index.partitions:
@@ -211,10 +231,10 @@ def select(
     best = next((c for c in index.candidates if ok[c.hidx]), None)
     if best is None:
         return None
-    cores = results[best.hidx][1]
+    cores = needed[best.hidx]
     # merged if it matches, and the best's --cpus-per-task is enough there and fits there
     compat = [
-        ok[h] and results[h][1] <= cores and (not host.cores or cores <= host.cores)
+        0 <= needed[h] <= cores and (not host.cores or cores <= host.cores)
         for h, host in enumerate(index.hosts)
     ]
     key = (best.order, tuple(compat), single_partition)

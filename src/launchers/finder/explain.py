@@ -17,8 +17,12 @@ def _size(value: Any) -> str:
     return format_size(int(value))
 
 
-def _dur(value: Any) -> str:
-    return format_duration(int(value))
+def _durs(limit: Any, asked: Any) -> tuple[str, str]:
+    """Both sides of a duration comparison in one unit when whole hours (``20h < 96h``)."""
+    a, b = int(limit), int(asked)
+    if a % 3600 == 0 and b % 3600 == 0:
+        return f"{a // 3600}h", f"{b // 3600}h"
+    return format_duration(a), format_duration(b)
 
 
 def _plural(n: Any, word: str) -> str:
@@ -54,9 +58,11 @@ def reason_text(reason: Reason) -> str:
     if code == "gpu_assign":
         return f"the {v[0]} GPU requests cannot be assigned to distinct GPUs among {v[1]}"
     if code == "duration":
-        return f"partition allows {_dur(v[0])} < {_dur(v[1])} requested"
+        limit, asked = _durs(v[0], v[1])
+        return f"partition allows {limit} < {asked} requested"
     if code == "qos_duration":
-        return f"QoS {v[0]} allows {_dur(v[1])} < {_dur(v[2])}"
+        limit, asked = _durs(v[1], v[2])
+        return f"QoS {v[0]} allows {limit} < {asked}"
     if code == "min_gpu":
         return f"QoS {v[0]} requires at least {_plural(v[1], 'GPU')}, {v[2]} requested"
     if code == "disabled":

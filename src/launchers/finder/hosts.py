@@ -53,13 +53,25 @@ class Host:
     qos_name: str | None = None
     qos_duration: int = 0
 
-    @property
-    def uniform_gpus(self) -> bool:
-        """All GPUs alike (the common case: a node group of one model)."""
-        return len(set(self.gpus)) <= 1
+    #: the one GPU kind when all GPUs are alike (the common case), else None; derived
+    uniform_gpu: GPUSlot | None = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        kinds = set(self.gpus)
+        object.__setattr__(self, "uniform_gpu", next(iter(kinds)) if len(kinds) == 1 else None)
 
 
 IMPLICIT_NODE_GROUP = NodeGroup()
+
+
+def node_group_text(ng: NodeGroup) -> str:
+    """``A&B`` (its features), else a few of its hosts, else ``no features``."""
+    if ng.features:
+        return "&".join(ng.features)
+    if ng.hosts:
+        more = f",+{len(ng.hosts) - 3} more" if len(ng.hosts) > 3 else ""
+        return ",".join(ng.hosts[:3]) + more
+    return "no features"
 
 
 @attrs.frozen(eq=False)
@@ -90,8 +102,7 @@ class Candidate:
         parts = [f"partition {self.partition.name}"]
         ng = self.node_group
         if ng is not IMPLICIT_NODE_GROUP:
-            what = "&".join(ng.features) if ng.features else ",".join(ng.hosts) or "no features"
-            parts.append(f"node group {self.nindex} ({what})")
+            parts.append(f"node group {self.nindex} ({node_group_text(ng)})")
         if self.qos is not None:
             parts.append(f"QoS {self.qos.name}")
         if self.account is not None:

@@ -132,6 +132,43 @@ def problems(alt: HostRequirement, host: Host, first_only: bool = True) -> tuple
     return tuple(out), cores
 
 
+def fit(alt: HostRequirement, host: Host) -> int:
+    """The cores to ask for on ``host``, or -1 when it cannot run ``alt`` (the fast path of
+    ``problems``: same rules, no reasons built)."""
+    if host.max_duration and alt.duration > host.max_duration:
+        return -1
+    gpus = alt.cuda_gpus
+    n = len(gpus)
+    if n < host.min_gpu:
+        return -1
+    cores = alt.cpu.cores
+    if host.cpu_per_gpu and n:
+        cores = max(cores, host.cpu_per_gpu * n)
+    memory = alt.cpu.memory
+    if host.memory_as_cores and memory:
+        if not host.mem_per_cpu:
+            return -1
+        cores = max(cores, -(-memory // host.mem_per_cpu))
+    if host.cores and cores > host.cores:
+        return -1
+    if host.memory and memory > host.memory:
+        return -1
+    if n:
+        slots = host.gpus
+        if n > len(slots):
+            return -1
+        one = host.uniform_gpu
+        if one is not None:
+            low, high = one.min_memory, one.memory
+            for g in gpus:
+                r = g.memory
+                if r and not low <= r <= high:
+                    return -1
+        elif not assign_gpus([g.memory for g in gpus], slots):
+            return -1
+    return cores
+
+
 def matches(alt: HostRequirement, host: Host) -> bool:
     """Whether ``host`` can run ``alt``."""
-    return not problems(alt, host)[0]
+    return fit(alt, host) >= 0

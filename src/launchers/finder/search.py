@@ -26,7 +26,7 @@ from ..units import mib_ceil, slurm_time
 from .choose import Selection, select, select_cached
 from .explain import Explanation
 from .hosts import cached, cached_local_host, group_index
-from .match import problems
+from .match import fit, problems
 
 _MISSING: Any = object()
 
@@ -81,9 +81,29 @@ def _ordered_groups(config: LaunchersConfig) -> tuple[Group, ...]:
     return tuple(sorted(config.groups, key=lambda g: -g.weight))  # stable: file order
 
 
+@attrs.frozen(eq=False)
+class _ConfigState:
+    """What the finder keeps per loaded configuration: ordered groups and found launchers."""
+
+    groups: tuple[Group, ...]
+    live: bool  # a group queries Slurm at search time: results cannot be remembered
+    found: dict[Any, Any] = attrs.field(factory=dict)
+
+
+def _state(config: LaunchersConfig) -> _ConfigState:
+    groups = _ordered_groups(config)
+    live = any(isinstance(g, SlurmGroup) and g.query_slurm for g in groups)
+    return _ConfigState(groups=groups, live=live)
+
+
+def config_state(config: LaunchersConfig) -> _ConfigState:
+    """The cached ``_ConfigState`` of a configuration."""
+    return cached(config, "state", _state)
+
+
 def ordered_groups(config: LaunchersConfig) -> tuple[Group, ...]:
     """Groups by decreasing weight, file order among equals (cached per configuration)."""
-    return cached(config, "groups", _ordered_groups)
+    return config_state(config).groups
 
 
 def _describe(group: Group) -> str:
@@ -170,7 +190,7 @@ class _LazyLines:
         return iter(lines)
 
 
-def _slurm_launcher(group: SlurmGroup, index: int, alt: HostRequirement, sel: Selection, lines: tuple[str, ...]) -> Launcher:
+def _slurm_launcher(group: SlurmGroup, index: int, alt: HostRequirement, sel: Selection, lines: Iterable[str]) -> Launcher:
     options = slurm_options(group, alt, sel)
     cls: Any
     if isinstance(group, UnicoreGroup):
@@ -221,9 +241,10 @@ def _try_group(
             if explain is not None:
                 explain.add(f"{_describe(group)}: group is disabled", 1)
             return None
-        reasons, _ = problems(alt, cached_local_host(group), first_only=explain is None)
-        if reasons:
+        host = cached_local_host(group)
+        if fit(alt, host) < 0:
             if explain is not None:
+                reasons, _ = problems(alt, host, first_only=False)
                 explain.add(f"{_describe(group)}: " + "; ".join(str(r) for r in reasons), 1)
             return None
         from ..local.launcher import DirectLauncher
@@ -252,7 +273,7 @@ def _try_group(
             explain.add(line, 2)
         explain.lines.extend(local.lines)  # the other candidates, for --explain
     lines = _LazyLines(group, index, alt, sel)
-    return _slurm_launcher(group, index, alt, sel, lines)  # type: ignore[arg-type]
+    return _slurm_launcher(group, index, alt, sel, lines)
 
 
 def search(
@@ -289,6 +310,32 @@ def search(
     return SearchResult(None, ex or Explanation())
 
 
+class LauncherNotFound(LauncherNotFoundError):
+    """``LauncherNotFoundError`` whose explanation is built when first read: code that catches
+    it to try something else does not pay for explaining every rejected candidate."""
+
+    def __init__(self, alternatives: Sequence[HostRequirement], config: LaunchersConfig, tags: frozenset[str]) -> None:
+        self.alternatives = tuple(alternatives)
+        self.config = config
+        self.tags = tags
+        self._text: str | None = None
+        super().__init__()
+
+    def __str__(self) -> str:
+        if self._text is None:
+            head = "no launcher can run " + " | ".join(str(a) for a in self.alternatives)
+            explained = search(self.alternatives, self.config, self.tags, explain=True)
+            self._text = f"{head}\n{explained.explanation.text()}"
+            self.args = (self._text,)
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"LauncherNotFoundError({str(self)!r})"
+
+
+_FOUND_SIZE = 4096
+
+
 def find_launcher(
     *requirements: str | HostRequirement | RequirementUnion,
     tags: Iterable[str] | str | None = (),
@@ -301,13 +348,20 @@ def find_launcher(
     alternatives = requirements_of(requirements)
     cfg = config_of(config)
     tagset = _tags_of(tags)
-    result = search(alternatives, cfg, tagset)
-    if result.launcher is not None:
-        return result.launcher
+    state = config_state(cfg)
+    key = (alternatives, tagset)
+    launcher = state.found.get(key, _MISSING)
+    if launcher is _MISSING:
+        launcher = search(alternatives, cfg, tagset).launcher
+        if not state.live:  # immutable configuration and requirement: the answer is too
+            if len(state.found) >= _FOUND_SIZE:
+                state.found.clear()
+            state.found[key] = launcher
+    if launcher is not None:
+        return launcher
     if default is not _MISSING:
         return default
-    explained = search(alternatives, cfg, tagset, explain=True)
-    raise LauncherNotFoundError("no launcher can run " + " | ".join(str(a) for a in alternatives) + "\n" + explained.explanation.text())
+    raise LauncherNotFound(alternatives, cfg, tagset)
 
 
 def explain_search(
@@ -319,4 +373,4 @@ def explain_search(
     return search(requirements_of(requirements), config_of(config), _tags_of(tags), explain=True)
 
 
-__all__ = ["LaunchersError", "explain_search", "find_launcher", "search"]
+__all__ = ["LauncherNotFound", "LaunchersError", "explain_search", "find_launcher", "search"]

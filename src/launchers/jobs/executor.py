@@ -198,7 +198,7 @@ class Executor(abc.ABC):
     async def cancel(self, jobs: Sequence[Job]) -> None:
         """Cancel all ``jobs`` with as few scheduler calls as possible (one for Slurm)."""
 
-    def validate(self, launcher: Launcher, task: Task) -> None:
+    def validate(self, launcher: Launcher, task: Task) -> None:  # noqa: B027 - optional hook
         """Synchronous checks at ``task.submit`` time, before anything is recorded; raise a
         ``LaunchersError`` for a job that could never run here (default: none)."""
 
@@ -230,7 +230,7 @@ def default_executor_key(launcher: Launcher) -> tuple[Any, ...]:
 
 
 _executors: dict[Hashable, Executor] = {}
-_registry_lock = threading.Lock()
+_registry_lock = threading.RLock()
 
 
 def executor_for(launcher: Launcher) -> Executor:

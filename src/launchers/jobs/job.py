@@ -395,7 +395,14 @@ def submit_task(task: Task, launcher: Launcher | None = None, *, force: bool = F
     directory = job_directory(xp.workdir, task.name, task.digest).absolute()
     with _jobs_lock:
         existing = _jobs.get(directory)
-        if existing is not None and not force:
+        rerun = (
+            existing is not None
+            and existing.state.is_final
+            and existing.state is not JobState.COMPLETED
+            and xp.rerun_failed
+            and existing not in xp.jobs
+        )
+        if existing is not None and not force and not rerun:
             xp.add(existing)
             return existing
         if existing is not None and not existing.state.is_final:

@@ -26,6 +26,8 @@ log = logging.getLogger("launchers.jobs")
 
 BACKOFF = 1.5
 DEFAULT_POLL_TIMEOUT = 30.0
+#: Seconds during which cancel requests are gathered into one ``executor.cancel`` call.
+CANCEL_GATHER = 0.1
 
 
 class Tracker:
@@ -40,6 +42,7 @@ class Tracker:
         self.interval = executor.poll_min
         self._outage_since: float | None = None
         self._poll_now = False
+        self._cancel_due = 0.0
         #: Number of ``poll`` calls made (for tests and benchmarks).
         self.cycles = 0
 
@@ -62,9 +65,17 @@ class Tracker:
             self._wake.set()
 
     def _add_cancel(self, job: Job) -> None:
+        first = not self._cancels
+        if first:
+            self._cancel_due = time.monotonic() + CANCEL_GATHER
         self._cancels[id(job)] = job
         self.jobs.setdefault(id(job), job)
         self._ensure_running()
+        if first:
+            # gather the cancels requested meanwhile (xp.cancel(), a CLI list) into one call
+            asyncio.get_running_loop().call_later(CANCEL_GATHER, self._wake_for_cancel)
+
+    def _wake_for_cancel(self) -> None:
         if self._wake is not None:
             self._wake.set()
 
@@ -90,8 +101,10 @@ class Tracker:
             if not self.jobs and not self._cancels:
                 self._task = None
                 return
+            if self._cancels and time.monotonic() < self._cancel_due:
+                await asyncio.sleep(self._cancel_due - time.monotonic())
             changed = False
-            if self._cancels:
+            if self._cancels and time.monotonic() >= self._cancel_due:
                 await self._send_cancels()
             changed |= self._check_observers()
             tracked = [j for j in self.jobs.values() if j.native_id and not j.observer and not j.state.is_final]

@@ -167,7 +167,6 @@ class DirectExecutor(Executor):
 
     async def submit(self, job: Job) -> None:
         """Write ``job.sh`` and queue the job; it starts when a slot and its tokens are free."""
-        group = self._group(job)
         script = self._render(job)
         atomic_write_text(job.paths.script, script, mode=0o755)
         from ..slurm.script import job_name

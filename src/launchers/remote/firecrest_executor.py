@@ -1,0 +1,470 @@
+"""``FirecrestExecutor``: runs jobs through firecREST v2 with pyfirecrest 3.x (remote-sites.md §3.3, §5).
+
+``firecrest.v2.Firecrest`` with ``ClientCredentialsAuth(..., min_token_validity=60)`` and
+``num_retries_rate_limit=10``. Run directory ``BASE/<run id>`` (``site.workdir``, else the
+system's default work file system + ``/<user>/launchers``); files up to ``max_ops_file_size``
+go by direct ``ops/upload`` (pyfirecrest would stage those above 1 MiB); submission with
+``script_str`` + ``working_dir``; one jobs listing per cycle; a ``404 Job not found.`` within
+60 s of submission means "not visible yet". pyfirecrest is synchronous: calls run in threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import os
+import posixpath
+import threading
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..config.model import FirecrestSite
+from ..errors import AuthenticationError, LaunchersError, SubmissionError
+from ..fsutil import atomic_write_text
+from ..jobs.executor import Executor, StateUpdate
+from ..jobs.record import RcRecord, now_iso, parse_rc
+from ..jobs.state import JobState
+from ..slurm.states import UnknownStateWarner, cancel_reason, map_state
+from ..units import format_size
+from .http import (
+    attached_payload,
+    check_task,
+    is_transient,
+    redact,
+    require_env,
+    status_of,
+    task_payload,
+    with_retries,
+)
+
+if TYPE_CHECKING:
+    from ..jobs.job import Job
+    from ..jobs.record import StateRecord
+    from ..jobs.task import Task
+    from ..launcher import Launcher
+
+log = logging.getLogger("launchers.remote")
+
+MIN_TOKEN_VALIDITY = 60
+RATE_LIMIT_RETRIES = 10
+NOT_VISIBLE_GRACE = 60.0
+MANTIK_ID = "MANTIK_FIRECREST_CLIENT_ID"
+MANTIK_SECRET = "MANTIK_FIRECREST_CLIENT_SECRET"
+OUTPUTS = ("job.out", "job.err")
+DEFAULT_MAX_OPS = 5 * 1024 * 1024
+
+
+def _site_of(launcher: Any) -> FirecrestSite:
+    site = getattr(getattr(launcher, "group", None), "site", None)
+    if not isinstance(site, FirecrestSite):
+        raise LaunchersError(f"launcher {launcher!r} has no firecREST site")
+    return site
+
+
+def _standalone(launcher: Any) -> bool:
+    group = getattr(launcher, "group", None)
+    return getattr(getattr(group, "position", None), "line", None) is None
+
+
+def executor_key(launcher: Launcher) -> tuple[Any, ...]:
+    """One executor per (API, machine, credentials)."""
+    s = _site_of(launcher)
+    return ("firecrest", s.api_url, s.machine, s.token_url, s.client_id_env, s.client_secret_env, s.workdir,
+            s.api_version, _standalone(launcher))
+
+
+def create_executor(launcher: Launcher) -> FirecrestExecutor:
+    site = _site_of(launcher)
+    if site.api_version != 2:
+        raise LaunchersError(f"firecREST site {site.api_url}: api_version {site.api_version} is not supported "
+                             "by this executor yet (use api_version: 2)")
+    return FirecrestExecutor(site, mantik=_standalone(launcher), key=executor_key(launcher))
+
+
+def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> FirecrestExecutor:
+    """For ``launchers cancel`` on a job known only from its record."""
+    data = record.extra.get("firecrest_site")
+    if not isinstance(data, Mapping) or not data.get("api_url"):
+        raise LaunchersError(f"job {record.task_id}: its record does not name its firecREST site")
+    fields = ("api_url", "token_url", "machine", "client_id_env", "client_secret_env", "workdir", "verify_tls")
+    site = FirecrestSite(**{k: v for k, v in data.items() if k in fields})
+    return FirecrestExecutor(site, mantik=bool(data.get("mantik")), key=("record-firecrest", site.api_url, site.machine))
+
+
+def _auth_class() -> Any:
+    from firecrest import ClientCredentialsAuth
+
+    class Auth(ClientCredentialsAuth):
+        """Refuses tokens that live no longer than the renewal margin (they would be renewed
+        at every request, or used with under 30 s left: remote-sites.md §5)."""
+
+        def get_access_token(self) -> str:
+            token = str(super().get_access_token())
+            left = (self._token_expiration_ts or 0) - time.time()
+            if left <= self._min_token_validity:
+                lifetime = round(left)
+                raise AuthenticationError(
+                    f"the token endpoint {self._token_uri} issued a token with expires_in={lifetime} s; "
+                    f"launchers renews tokens {self._min_token_validity} s before they expire, so it needs "
+                    f"tokens valid for more than {self._min_token_validity} s"
+                )
+            return token
+
+    return Auth
+
+
+class FirecrestExecutor(Executor):
+    """Submits, follows and cancels jobs on one firecREST machine."""
+
+    kind = "firecrest"
+    poll_min = 2.0
+    poll_max = 60.0
+    upload_parallel = 4
+
+    def __init__(self, site: FirecrestSite, *, mantik: bool = False, key: Hashable = ()) -> None:
+        super().__init__(key)
+        self.site = site
+        self.mantik = mantik
+        self._client: Any = None
+        self._secrets: list[str] = []
+        self._lock = threading.Lock()
+        self._base: str | None = None
+        self._max_ops: int = DEFAULT_MAX_OPS
+        self._transfer: Any = None
+        self._warner = UnknownStateWarner()
+
+    # -- client ----------------------------------------------------------------------------------
+
+    def _names(self) -> tuple[list[str], list[str]]:
+        ids = [self.site.client_id_env] + ([MANTIK_ID] if self.mantik else [])
+        secrets = [self.site.client_secret_env] + ([MANTIK_SECRET] if self.mantik else [])
+        return ids, secrets
+
+    def client(self) -> Any:
+        """The pyfirecrest v2 client (created once)."""
+        from firecrest.v2 import Firecrest
+
+        with self._lock:
+            if self._client is None:
+                ids, secrets = self._names()
+                where = f"firecREST site {self.site.api_url}"
+                cid = require_env(ids, f"{where}: no client id", os.environ)
+                secret = require_env(secrets, f"{where}: no client secret", os.environ)
+                self._secrets = [secret]
+                auth = _auth_class()(cid, secret, self.site.token_url, min_token_validity=MIN_TOKEN_VALIDITY)
+                client = Firecrest(self.site.api_url, auth, verify=self.site.verify_tls)
+                client.num_retries_rate_limit = RATE_LIMIT_RETRIES
+                client.disable_client_logging = False
+                self._client = client
+            return self._client
+
+    def _call(self, what: str, fn: Any, *, tries: int = 8, transient: Any = is_transient) -> Any:
+        """``fn(client)`` with retries on transient failures; errors become ``LaunchersError``s."""
+        from firecrest.FirecrestException import ClientsCredentialsException
+
+        try:
+            return with_retries(lambda: fn(self.client()), what, tries=tries, transient=transient,
+                                secrets=self._secrets)
+        except LaunchersError:
+            raise
+        except ClientsCredentialsException:
+            ids, secrets = self._names()
+            raise AuthenticationError(
+                f"the token endpoint {self.site.token_url} refused the client credentials of "
+                f"{' or '.join(ids)} / {' or '.join(secrets)}"
+            ) from None
+        except Exception as e:
+            raise LaunchersError(f"{what}: {self._message(e)}") from None
+
+    def _message(self, e: BaseException) -> str:
+        responses = getattr(e, "responses", None)
+        if responses:
+            r = responses[-1]
+            try:
+                body = r.json()
+                text = body.get("message") or body.get("error") or json.dumps(body)
+            except ValueError:
+                text = r.text
+            return redact(f"{r.status_code} {text}", self._secrets)
+        return redact(str(e), self._secrets)
+
+    # -- run directory ---------------------------------------------------------------------------
+
+    def base_dir(self) -> str:
+        """BASE: ``site.workdir`` (``{user}`` replaced) or the system's work file system + user."""
+        if self._base is not None:
+            return self._base
+        machine = self.site.machine
+        systems = self._call("firecREST systems", lambda c: c.systems())
+        system = next((s for s in systems if s.get("name") == machine), None)
+        if system is None:
+            names = ", ".join(str(s.get("name")) for s in systems)
+            raise LaunchersError(f"firecREST site {self.site.api_url} has no system {machine!r} (it has: {names})")
+        ops = system.get("dataOperation") or {}
+        self._max_ops = int(ops.get("max_ops_file_size") or DEFAULT_MAX_OPS)
+        self._transfer = ops.get("data_transfer")
+        info = self._call("firecREST userinfo", lambda c: c.userinfo(machine))
+        user = str((info.get("user") or {}).get("name") or "")
+        if self.site.workdir:
+            self._base = self.site.workdir.replace("{user}", user)
+            return self._base
+        fss = system.get("fileSystems") or []
+        chosen = next((f for f in fss if f.get("defaultWorkDir")), None)
+        chosen = chosen or next((f for f in fss if f.get("dataType") == "scratch"), None)
+        chosen = chosen or next((f for f in fss if f.get("dataType") == "users"), None)
+        if chosen is None:
+            raise LaunchersError(f"firecREST system {machine!r} declares no work file system; set site.workdir")
+        self._base = posixpath.join(str(chosen["path"]), user, "launchers")
+        return self._base
+
+    # -- submission ------------------------------------------------------------------------------
+
+    def validate(self, launcher: Launcher, task: Task) -> None:
+        check_task(task, "firecrest")
+
+    async def submit(self, job: Job) -> None:
+        payload = attached_payload(job.directory) or task_payload(job, "firecrest")
+        base = await asyncio.to_thread(self.base_dir)
+        run_dir = posixpath.join(base, payload.run_id)
+        script = payload.script(run_dir)
+        atomic_write_text(job.paths.script, script)
+        job.apply(StateUpdate(state=JobState.SUBMITTING, detail="submitting to firecREST", job_name=payload.job_name,
+                              extra={"firecrest_site": self._site_record(), "run_dir": run_dir,
+                                     "run_id": payload.run_id}))
+        jid = await asyncio.to_thread(self._submit_sync, run_dir, script, payload.uploads, payload.job_name)
+        job.runtime["submitted_mono"] = time.monotonic()
+        job.apply(StateUpdate(state=JobState.PENDING, detail="submitted to firecREST", native_id=jid,
+                              submitted_at=now_iso(), extra={"firecrest_submitted": time.time()}))
+
+    def _site_record(self) -> dict[str, Any]:
+        s = self.site
+        return {"api_url": s.api_url, "token_url": s.token_url, "machine": s.machine,
+                "client_id_env": s.client_id_env, "client_secret_env": s.client_secret_env,
+                "workdir": s.workdir, "verify_tls": s.verify_tls, "mantik": self.mantik}
+
+    def _submit_sync(self, run_dir: str, script: str, uploads: Sequence[tuple[Path, str]], name: str) -> str:
+        machine = self.site.machine
+        too_big = [(rel, local.stat().st_size) for local, rel in uploads if local.stat().st_size > self._max_ops]
+        if too_big:
+            rel, size = too_big[0]
+            raise SubmissionError(
+                f"{rel} ({format_size(size)}) is larger than the direct upload limit of {machine} "
+                f"(max_ops_file_size {format_size(self._max_ops)}) and this launcher does not stage files "
+                "through a transfer backend; exclude it (Exclude) and copy it to the site another way"
+                + ("" if len(too_big) == 1 else f" ({len(too_big) - 1} more such files)")
+            )
+        dirs = sorted({run_dir} | {posixpath.dirname(posixpath.join(run_dir, rel)) for _, rel in uploads})
+        for d in dirs:
+            self._call(f"firecREST mkdir {d}", lambda c, d=d: c.mkdir(machine, d, create_parents=True))
+        items: list[tuple[Path | bytes, str]] = [(script.encode(), "job.sh")]
+        items += [(local, rel) for local, rel in uploads]
+
+        def upload(item: tuple[Path | bytes, str]) -> None:
+            source, rel = item
+            data = source if isinstance(source, bytes) else source.read_bytes()
+            target = posixpath.join(run_dir, rel)
+            self._call(f"upload of {rel}", lambda c: self._upload(c, posixpath.dirname(target),
+                                                                posixpath.basename(target), data))
+
+        with concurrent.futures.ThreadPoolExecutor(self.upload_parallel) as pool:
+            futures = [pool.submit(upload, it) for it in items]
+            errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            raise SubmissionError(f"{errors[0]}; nothing was submitted (the run directory {run_dir} keeps "
+                                  "the files sent so far)")
+
+        def refused_before_processing(e: BaseException) -> bool:
+            return status_of(e) in (429, 503) or (is_transient(e) and status_of(e) is None)
+
+        try:
+            result = self._call("firecREST submit",
+                                lambda c: c.submit(machine, working_dir=run_dir, script_str=script),
+                                transient=refused_before_processing)
+        except LaunchersError as e:
+            found = self._find_by_name(name)
+            if found is None:
+                raise SubmissionError(str(e)) from None
+            log.warning("firecREST submit answered %s, but job %s named %s exists: adopted", e, found, name)
+            return found
+        return str(result["jobId"])
+
+    def _find_by_name(self, name: str) -> str | None:
+        try:
+            jobs = self._call("firecREST jobs", lambda c: c.job_info(self.site.machine, name=name), tries=3)
+        except LaunchersError:
+            return None
+        ids = [str(j.get("jobId")) for j in jobs if j.get("name") == name]
+        return min(ids, key=int) if ids else None
+
+    def _upload(self, client: Any, directory: str, filename: str, data: bytes) -> None:
+        """``POST /filesystem/{machine}/ops/upload?path=DIR``, multipart ``file``: direct, whatever
+        the size up to ``max_ops_file_size`` (pyfirecrest's ``upload`` stages files from 1 MiB)."""
+        resp = client._post_request(endpoint=f"/filesystem/{self.site.machine}/ops/upload",
+                                    params={"path": directory}, files={"file": (filename, data)})
+        client._check_response(resp, 204, return_json=False)
+
+    # -- status ----------------------------------------------------------------------------------
+
+    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+        machine = self.site.machine
+        listing = await asyncio.to_thread(self._call, "firecREST jobs", lambda c: c.job_info(machine), tries=3)
+        rows = {str(j.get("jobId")): j for j in listing}
+        updates: dict[Job, StateUpdate] = {}
+        for job in jobs:
+            row = rows.get(str(job.native_id))
+            if row is None:
+                row = await asyncio.to_thread(self._one_job, job)
+            if row is None:
+                continue
+            update = await self._update_for(job, row)
+            if update is not None:
+                updates[job] = update
+        return updates
+
+    def _one_job(self, job: Job) -> Mapping[str, Any] | None:
+        """``GET .../jobs/{id}`` for a job missing from the listing; None while not visible yet."""
+        machine = self.site.machine
+        try:
+            found = with_retries(lambda: self.client().job_info(machine, str(job.native_id)),
+                                 f"firecREST job {job.native_id}", tries=3, secrets=self._secrets)
+        except Exception as e:
+            if status_of(e) == 404:
+                since = time.time() - float(job.record.extra.get("firecrest_submitted") or 0)
+                if since > NOT_VISIBLE_GRACE:
+                    log.warning("firecREST does not know job %s (%s), submitted %.0f s ago",
+                                job.native_id, job.task_id, since)
+                return None
+            raise
+        return found[0] if found else None
+
+    async def _update_for(self, job: Job, row: Mapping[str, Any]) -> StateUpdate | None:
+        status = row.get("status") or {}
+        raw = str(status.get("state") or "")
+        st = map_state(raw)
+        if st.state is None:
+            self._warner(raw)
+            return None
+        state = JobState[st.state]
+        reason = str(status.get("stateReason") or "")
+        exit_code = status.get("exitCode")
+        signal = status.get("interruptSignal") or None
+        common: dict[str, Any] = {"slurm_state": raw, "extra": {"state_reason": reason}}
+        if not state.is_final:
+            if state is JobState.PENDING and reason and reason.lower() != "none":
+                common["reason"] = reason
+            return StateUpdate(state=state, **common)
+        await self.sync_outputs(job)
+        rc = await self.fetch_rc(job)
+        if state is JobState.CANCELLED:
+            return StateUpdate(state=state, detail=raw, reason=cancel_reason(
+                st.cancelled_by, requested=job.cancel_requested, my_uid=None), **common)
+        if state is JobState.COMPLETED:
+            if rc is not None and not rc.success:
+                return StateUpdate(state=JobState.FAILED, detail=raw, exit_code=rc.rc, signal=rc.signal,
+                                   reason=f"exit code {rc.rc}", **common)
+            return StateUpdate(state=state, detail=raw, exit_code=0, reason="", **common)
+        code = rc.rc if rc is not None and rc.rc else (int(exit_code) if isinstance(exit_code, int) else None)
+        why = f"exit code {code}" if code is not None else raw
+        return StateUpdate(state=state, detail=raw, exit_code=code, signal=(rc.signal if rc else None) or signal,
+                           reason=why, **common)
+
+    # -- files -----------------------------------------------------------------------------------
+
+    def _run_dir(self, job: Job) -> str:
+        d = job.record.extra.get("run_dir")
+        if not d:
+            raise LaunchersError(f"job {job.task_id}: no run directory in its record")
+        return str(d)
+
+    async def read_file(self, job: Job, name: str, offset: int = 0) -> bytes | None:
+        """Bytes of ``RUN/name`` from ``offset`` (``ops/stat``, then ``ops/view`` in pieces of at
+        most ``max_ops_file_size``); None when the file does not exist."""
+        path = posixpath.join(self._run_dir(job), name)
+        machine = self.site.machine
+
+        def read() -> bytes | None:
+            try:
+                st = with_retries(lambda: self.client().stat(machine, path), f"firecREST stat {name}", tries=4,
+                                  secrets=self._secrets)
+            except Exception as e:
+                if status_of(e) in (404, 400):
+                    return None
+                raise
+            size = int(st.get("size") or 0)
+            out = b""
+            pos = offset
+            while pos < size:
+                n = min(self._max_ops, size - pos)
+
+                def view(pos: int = pos, n: int = n) -> str:
+                    c = self.client()
+                    resp = c._get_request(endpoint=f"/filesystem/{machine}/ops/view",
+                                          params={"path": path, "offset": pos, "size": n})
+                    return str(c._check_response(resp, 200)["output"])
+
+                text = with_retries(view, f"firecREST view {name}", tries=4, secrets=self._secrets)
+                chunk = text.encode("utf-8")
+                if not chunk:
+                    break
+                out += chunk
+                pos += n
+            return out
+
+        return await asyncio.to_thread(read)
+
+    async def sync_outputs(self, job: Job) -> int:
+        """Append the new bytes of the remote ``job.out``/``job.err`` to the local copies."""
+        lock = job.runtime.setdefault("output_lock", asyncio.Lock())
+        total = 0
+        async with lock:
+            for name in OUTPUTS:
+                local = job.directory / name
+                offset = local.stat().st_size if local.exists() else 0
+                data = await self.read_file(job, name, offset)
+                if data:
+                    with open(local, "ab") as f:
+                        f.write(data)
+                    total += len(data)
+        return total
+
+    async def fetch_rc(self, job: Job) -> RcRecord | None:
+        """The remote ``job.rc`` (copied to the local job directory), or None."""
+        data = await self.read_file(job, "job.rc")
+        if not data:
+            return None
+        rc = parse_rc(data.decode("utf-8", errors="replace"))
+        if rc is not None:
+            record = json.loads(data)
+            record["attempt"] = job.attempt
+            atomic_write_text(job.paths.rc, json.dumps(record) + "\n")
+        return rc
+
+    # -- cancel ----------------------------------------------------------------------------------
+
+    async def cancel(self, jobs: Sequence[Job]) -> None:
+        machine = self.site.machine
+
+        def one(job: Job) -> None:
+            try:
+                with_retries(lambda: self.client().cancel_job(machine, str(job.native_id)),
+                             f"firecREST cancel {job.native_id}", tries=4, secrets=self._secrets)
+            except Exception as e:
+                if status_of(e) in (500, 404):
+                    # already final (eth-cscs/firecrest-v2#159): the next poll reports the real state
+                    log.info("cancel of %s: %s (job already finished)", job.native_id, self._message(e))
+                    return
+                raise LaunchersError(f"firecREST cancel of {job.native_id}: {self._message(e)}") from None
+
+        results = await asyncio.gather(*(asyncio.to_thread(one, j) for j in jobs if j.native_id),
+                                       return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                log.error("%s", r)
+        self.tracker.wake(poll_now=True)
+
+
+__all__ = ["FirecrestExecutor", "create_executor", "executor_from_record", "executor_key"]

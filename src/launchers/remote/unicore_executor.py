@@ -1,0 +1,386 @@
+"""``UnicoreExecutor``: runs jobs through a UNICORE REST core API with pyunicore 2.x (remote-sites.md §3.2).
+
+Flow per job: ``new_job(description, autostart=False)``, ``job.sh`` and the files uploaded four at
+a time to relative destinations, then ``start``; a failed upload destroys the job first. Status:
+no bulk query exists, so one GET per unfinished job per cycle (at most 8 in flight). Outputs are
+read with ``Range: bytes=OFFSET-``. pyunicore is synchronous: its calls run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+from collections.abc import Hashable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..config.model import UnicoreSite
+from ..errors import AuthenticationError, LaunchersError, SubmissionError
+from ..fsutil import atomic_write_text
+from ..jobs.executor import Executor, StateUpdate
+from ..jobs.record import RcRecord, now_iso, parse_rc
+from ..jobs.state import JobState
+from .http import (
+    attached_payload,
+    check_task,
+    env_value,
+    is_transient,
+    redact,
+    require_env,
+    status_of,
+    task_payload,
+    with_retries,
+)
+
+if TYPE_CHECKING:
+    from ..jobs.job import Job
+    from ..jobs.record import StateRecord
+    from ..jobs.task import Task
+    from ..launcher import Launcher
+
+log = logging.getLogger("launchers.remote")
+
+PENDING_STATES = ("READY", "STAGINGIN", "QUEUED")
+RUNNING_STATES = ("RUNNING", "STAGINGOUT")
+MANTIK_USER = "MANTIK_UNICORE_USERNAME"
+MANTIK_PASSWORD = "MANTIK_UNICORE_PASSWORD"
+OUTPUTS = ("job.out", "job.err")
+
+
+def _site_of(launcher: Any) -> UnicoreSite:
+    site = getattr(getattr(launcher, "group", None), "site", None)
+    if not isinstance(site, UnicoreSite):
+        raise LaunchersError(f"launcher {launcher!r} has no UNICORE site")
+    return site
+
+
+def _standalone(launcher: Any) -> bool:
+    """A launcher made from a standalone Compute Backend Config (no launchers.yaml position):
+    Mantik's credential variables apply as fallbacks (remote-sites.md §2)."""
+    group = getattr(launcher, "group", None)
+    return getattr(getattr(group, "position", None), "line", None) is None
+
+
+def executor_key(launcher: Launcher) -> tuple[Any, ...]:
+    """One executor per site and credential set."""
+    site = _site_of(launcher)
+    return ("unicore", site.url, site.auth, site.username_env, site.password_env, site.token_env,
+            site.user_preferences, _standalone(launcher))
+
+
+def create_executor(launcher: Launcher) -> UnicoreExecutor:
+    return UnicoreExecutor(_site_of(launcher), mantik=_standalone(launcher), key=executor_key(launcher))
+
+
+def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> UnicoreExecutor:
+    """For ``launchers cancel`` on a job known only from its record."""
+    data = record.extra.get("unicore_site")
+    if not isinstance(data, Mapping) or not data.get("url"):
+        raise LaunchersError(f"job {record.task_id}: its record does not name its UNICORE site")
+    site = UnicoreSite(**{k: v for k, v in data.items() if k in ("url", "auth", "username_env", "password_env",
+                                                                   "token_env", "verify_tls", "user_preferences")})
+    return UnicoreExecutor(site, mantik=bool(data.get("mantik")), key=("record-unicore", site.url))
+
+
+class UnicoreExecutor(Executor):
+    """Submits, follows and cancels jobs at one UNICORE site."""
+
+    kind = "unicore"
+    poll_min = 5.0
+    poll_max = 60.0
+    #: at most this many status GETs at once
+    max_in_flight = 8
+    #: uploads in parallel per job
+    upload_parallel = 4
+
+    def __init__(self, site: UnicoreSite, *, mantik: bool = False, key: Hashable = ()) -> None:
+        super().__init__(key)
+        self.site = site
+        self.mantik = mantik
+        self._client: Any = None
+        self._secrets: list[str] = []
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
+
+    # -- the pyunicore client (worker threads) -------------------------------------------------------
+
+    def _credential(self) -> Any:
+        from pyunicore import credentials
+
+        env = os.environ
+        if self.site.auth == "bearer":
+            token = require_env([self.site.token_env], f"UNICORE site {self.site.url}: no token", env)
+            self._secrets = [token]
+            return credentials.OIDCToken(token)
+        users = [self.site.username_env] + ([MANTIK_USER] if self.mantik else [])
+        passwords = [self.site.password_env] + ([MANTIK_PASSWORD] if self.mantik else [])
+        user = require_env(users, f"UNICORE site {self.site.url}: no user name", env)
+        password = require_env(passwords, f"UNICORE site {self.site.url}: no password", env)
+        self._secrets = [password]
+        return credentials.UsernamePassword(user, password)
+
+    def _variables(self) -> str:
+        if self.site.auth == "bearer":
+            return self.site.token_env
+        users = [self.site.username_env] + ([MANTIK_USER] if self.mantik else [])
+        pw = [self.site.password_env] + ([MANTIK_PASSWORD] if self.mantik else [])
+        u = env_value(users, os.environ)
+        p = env_value(pw, os.environ)
+        return f"{u[0] if u else users[0]} and {p[0] if p else pw[0]}"
+
+    def client(self) -> Any:
+        """The pyunicore ``Client`` (created once; checks that we are not ``anonymous``)."""
+        from pyunicore.client import Client, Transport
+        from pyunicore.credentials import AuthenticationFailedException
+
+        with self._lock:
+            if self._client is not None:
+                return self._client
+            transport = Transport(self._credential(), verify=self.site.verify_tls)
+            if self.site.user_preferences:
+                transport.preferences = self.site.user_preferences
+            try:
+                self._client = with_retries(lambda: Client(transport, self.site.url), f"UNICORE {self.site.url}",
+                                            secrets=self._secrets)
+            except AuthenticationFailedException:
+                raise AuthenticationError(
+                    f"UNICORE site {self.site.url} did not accept the credentials of {self._variables()} "
+                    "(the site answered with the anonymous role)"
+                ) from None
+            except LaunchersError:
+                raise
+            except Exception as e:
+                raise LaunchersError(f"UNICORE site {self.site.url}: {redact(str(e), self._secrets)}") from None
+            return self._client
+
+    def _get(self, url: str, **kw: Any) -> Any:
+        return self.client().transport.get(url=url, **kw)
+
+    def _post(self, url: str) -> None:
+        self.client().transport.post(url=url, json={}).close()
+
+    # -- submission ------------------------------------------------------------------------------
+
+    def validate(self, launcher: Launcher, task: Task) -> None:
+        check_task(task, "unicore")
+
+    async def submit(self, job: Job) -> None:
+        payload = attached_payload(job.directory) or task_payload(job, "unicore")
+        script = payload.script(None)
+        atomic_write_text(job.paths.script, script)
+        job.apply(StateUpdate(state=JobState.SUBMITTING, detail="submitting to UNICORE", job_name=payload.job_name,
+                              extra={"unicore_site": self._site_record(), "run_id": payload.run_id}))
+        description = dict(payload.description or {})
+        files: list[tuple[Path | bytes, str]] = [(script.encode(), "job.sh")]
+        files += [(local, rel) for local, rel in payload.uploads]
+        url = await asyncio.to_thread(self._submit_sync, description, files)
+        job.runtime["unicore_url"] = url
+        job.apply(StateUpdate(state=JobState.PENDING, detail="started at the UNICORE site",
+                              native_id=url.rstrip("/").rsplit("/", 1)[-1], submitted_at=now_iso(),
+                              extra={"unicore_url": url}))
+
+    def _site_record(self) -> dict[str, Any]:
+        s = self.site
+        return {"url": s.url, "auth": s.auth, "username_env": s.username_env, "password_env": s.password_env,
+                "token_env": s.token_env, "verify_tls": s.verify_tls, "user_preferences": s.user_preferences,
+                "mantik": self.mantik}
+
+    def _submit_sync(self, description: dict[str, Any], files: Sequence[tuple[Path | bytes, str]]) -> str:
+        client = self.client()
+        what = f"UNICORE {self.site.url}"
+
+        def refused_before_processing(e: BaseException) -> bool:  # a POST is retried only then
+            return status_of(e) in (429, 503) or (is_transient(e) and status_of(e) is None)
+
+        try:
+            ujob = with_retries(lambda: client.new_job(description, autostart=False), f"{what}: submit",
+                                transient=refused_before_processing, secrets=self._secrets)
+        except LaunchersError:
+            raise
+        except Exception as e:
+            raise SubmissionError(f"{what} refused the job: {redact(str(e), self._secrets)}") from None
+        try:
+            storage = with_retries(lambda: ujob.working_dir, f"{what}: working directory", secrets=self._secrets)
+
+            def upload(item: tuple[Path | bytes, str]) -> None:
+                source, rel = item
+                try:
+                    if isinstance(source, bytes):
+                        with_retries(lambda: storage.put(source, rel), f"{what}: upload {rel}", secrets=self._secrets)
+                    else:
+                        with_retries(lambda: storage.upload(str(source), destination=rel), f"{what}: upload {rel}",
+                                     secrets=self._secrets)
+                except Exception as e:
+                    raise _UploadFailed(rel, redact(str(e), self._secrets)) from None
+
+            with concurrent.futures.ThreadPoolExecutor(self.upload_parallel) as pool:
+                futures = [pool.submit(upload, f) for f in files]
+                errors = [f.exception() for f in futures if f.exception() is not None]
+            if errors:
+                raise errors[0]  # type: ignore[misc]
+            with_retries(ujob.start, f"{what}: start", secrets=self._secrets)
+        except Exception as e:
+            try:
+                ujob.delete()
+            except Exception as d:
+                log.warning("could not destroy UNICORE job %s after a failed upload: %s", ujob.resource_url, d)
+            if isinstance(e, _UploadFailed):
+                raise SubmissionError(f"upload of {e.rel} failed: {e.message}; the UNICORE job was destroyed "
+                                      "before it started") from None
+            raise SubmissionError(f"{what}: {redact(str(e), self._secrets)}; the UNICORE job was destroyed") from None
+        return str(ujob.resource_url)
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def job_url(self, job: Job) -> str:
+        url = job.runtime.get("unicore_url") or job.record.extra.get("unicore_url")
+        if not url:
+            raise LaunchersError(f"job {job.task_id}: no UNICORE job URL in its record")
+        return str(url)
+
+    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+        sem = asyncio.Semaphore(self.max_in_flight)
+
+        async def one(job: Job) -> Any:
+            async with sem:
+                url = self.job_url(job)
+                return await asyncio.to_thread(
+                    lambda: with_retries(lambda: self._get(url), f"UNICORE status of {job.task_id}", tries=4,
+                                         secrets=self._secrets))
+
+        results = await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True)
+        if results and all(isinstance(r, BaseException) for r in results):
+            raise LaunchersError(redact(str(results[0]), self._secrets))
+        updates: dict[Job, StateUpdate] = {}
+        for job, props in zip(jobs, results, strict=True):
+            if isinstance(props, BaseException) or not isinstance(props, Mapping):
+                continue
+            job.runtime["unicore_props"] = props
+            update = await self._update_for(job, props)
+            if update is not None:
+                updates[job] = update
+        return updates
+
+    async def _update_for(self, job: Job, props: Mapping[str, Any]) -> StateUpdate | None:
+        status = str(props.get("status", ""))
+        if status in PENDING_STATES:
+            return StateUpdate(state=JobState.PENDING, slurm_state=status)
+        if status in RUNNING_STATES:
+            return StateUpdate(state=JobState.RUNNING, slurm_state=status)
+        if status not in ("SUCCESSFUL", "FAILED"):
+            if status not in self._warned:
+                self._warned.add(status)
+                log.warning("UNICORE job state %r: the job keeps its previous state", status)
+            return None
+        await self.sync_outputs(job)
+        rc = await self.fetch_rc(job)
+        code_text = props.get("exitCode")
+        exit_code = int(code_text) if isinstance(code_text, (str, int)) and str(code_text).strip().lstrip("-").isdigit() else None
+        if status == "SUCCESSFUL" and (rc is None or rc.success):
+            return StateUpdate(state=JobState.COMPLETED, detail="UNICORE SUCCESSFUL", slurm_state=status,
+                               exit_code=0, reason="")
+        if job.cancel_requested:
+            return StateUpdate(state=JobState.CANCELLED, detail=f"UNICORE {status}", slurm_state=status,
+                               reason="cancelled on request", exit_code=exit_code if exit_code is not None else (rc.rc if rc else None))
+        if rc is not None and not rc.success:
+            exit_code = rc.rc if exit_code is None or status == "SUCCESSFUL" else exit_code
+        reason = str(props.get("statusMessage") or "") or (f"exit code {exit_code}" if exit_code is not None else "failed")
+        if status == "SUCCESSFUL":
+            reason = f"UNICORE reported SUCCESSFUL but job.rc says exit code {exit_code}"
+        return StateUpdate(state=JobState.FAILED, detail=f"UNICORE {status}", slurm_state=status, reason=reason,
+                           exit_code=exit_code, signal=rc.signal if rc else None)
+
+    # -- files -----------------------------------------------------------------------------------
+
+    async def _storage_url(self, job: Job) -> str:
+        props: Any = job.runtime.get("unicore_props")
+        if not isinstance(props, Mapping):
+            url = self.job_url(job)
+            props = await asyncio.to_thread(self._get, url)
+            job.runtime["unicore_props"] = props
+        return str(props["_links"]["workingDirectory"]["href"])
+
+    async def read_file(self, job: Job, name: str, offset: int = 0) -> bytes | None:
+        """Bytes of ``name`` in the job's working directory from ``offset`` (None: no such file)."""
+        url = await self._storage_url(job) + "/files/" + name
+        headers = {"Accept": "application/octet-stream"}
+        if offset > 0:
+            headers["Range"] = f"bytes={offset}-"
+
+        def get() -> bytes | None:
+            try:
+                resp = self._get(url, headers=headers, to_json=False)
+            except Exception as e:
+                code = status_of(e)
+                if code == 416:
+                    return b""
+                if code == 404:
+                    return None
+                raise
+            return bytes(resp.content)
+
+        return await asyncio.to_thread(lambda: with_retries(get, f"UNICORE read {name}", tries=4, secrets=self._secrets))
+
+    async def sync_outputs(self, job: Job) -> int:
+        """Append the new bytes of the remote ``job.out``/``job.err`` to the local copies; the count."""
+        lock = job.runtime.setdefault("output_lock", asyncio.Lock())
+        total = 0
+        async with lock:
+            for name in OUTPUTS:
+                local = job.directory / name
+                offset = local.stat().st_size if local.exists() else 0
+                data = await self.read_file(job, name, offset)
+                if data:
+                    with open(local, "ab") as f:
+                        f.write(data)
+                    total += len(data)
+        return total
+
+    async def fetch_rc(self, job: Job) -> RcRecord | None:
+        """The remote ``job.rc`` (also written to the local job directory), or None."""
+        data = await self.read_file(job, "job.rc")
+        if not data:
+            return None
+        rc = parse_rc(data.decode("utf-8", errors="replace"))
+        if rc is not None:
+            import json
+
+            record = json.loads(data)
+            record["attempt"] = job.attempt
+            atomic_write_text(job.paths.rc, json.dumps(record) + "\n")
+        return rc
+
+    # -- cancel ----------------------------------------------------------------------------------
+
+    async def cancel(self, jobs: Sequence[Job]) -> None:
+        async def one(job: Job) -> None:
+            url = self.job_url(job) + "/actions/abort"
+            props = job.runtime.get("unicore_props")
+            if isinstance(props, Mapping):
+                url = str(props.get("_links", {}).get("action:abort", {}).get("href") or url)
+            await asyncio.to_thread(lambda: with_retries(lambda: self._post(url), f"UNICORE abort {job.task_id}",
+                                                         secrets=self._secrets))
+
+        results = await asyncio.gather(*(one(j) for j in jobs if j.native_id), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                log.error("UNICORE abort failed: %s", redact(str(r), self._secrets))
+        self.tracker.wake(poll_now=True)
+
+    async def destroy(self, job: Job) -> None:
+        """Remove a finished job and its working directory at the site (``launchers clean``)."""
+        url = self.job_url(job)
+        await asyncio.to_thread(lambda: self.client().transport.delete(url=url).close())
+
+
+class _UploadFailed(Exception):
+    def __init__(self, rel: str, message: str) -> None:
+        super().__init__(f"{rel}: {message}")
+        self.rel = rel
+        self.message = message
+
+
+__all__ = ["UnicoreExecutor", "create_executor", "executor_from_record", "executor_key"]

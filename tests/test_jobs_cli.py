@@ -1,0 +1,75 @@
+"""``launchers submit``, ``jobs``, ``cancel`` and ``logs`` as a user runs them (subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "launchers.cli.main", *args], cwd=cwd, text=True,
+                          capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture()
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "launchers.yaml").write_text("local:\n  - id: here\n    cpu: {cores: 2, memory: 4G}\n")
+    monkeypatch.setenv("LAUNCHERS_CONFIG", str(tmp_path / "launchers.yaml"))
+    monkeypatch.setenv("LAUNCHERS_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path
+
+
+def test_submit_wait_jobs_logs(here: Path) -> None:
+    r = cli("submit", "--wait", "--workdir", "xp", "--env", "A=b c", "--", "sh", "-c", 'echo "out $A"; echo e >&2', cwd=here)
+    assert r.returncode == 0, r.stderr
+    task_id, native_id, directory = r.stdout.strip().split("\t")
+    assert task_id.startswith("sh-") and native_id.isdigit() and Path(directory).is_dir()
+    r = cli("submit", "--wait", "--workdir", "xp", "--", "sh", "-c", "exit 7", cwd=here)
+    assert r.returncode == 1 and "ended FAILED (exit code 7)" in r.stderr
+    r = cli("jobs", "xp", cwd=here)
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["TASK", "ID", "STATE", "NATIVE", "ID", "ATTEMPT", "REASON"]
+    assert any(task_id in line and "COMPLETED" in line for line in lines)
+    assert any("FAILED" in line and line.rstrip().endswith("exit code 7") for line in lines)
+    r = cli("logs", "--workdir", "xp", task_id, cwd=here)
+    assert r.stdout.splitlines()[1] == "out b c"
+    r = cli("logs", "--err", directory, cwd=here)
+    assert r.stdout.splitlines()[1] == "e"
+    r = cli("jobs", "--json", "xp", cwd=here)
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert {row["state"] for row in rows} == {"COMPLETED", "FAILED"}
+
+
+def test_submit_then_cancel(here: Path) -> None:
+    r = cli("submit", "--json", "--", "sleep", "60", cwd=here)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["state"] == "RUNNING"
+    pid = int(info["native_id"])
+    os.kill(pid, 0)  # still running after the client left
+    t0 = time.monotonic()
+    r = cli("cancel", "--all", ".", cwd=here)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [info["task_id"], "CANCELLED"]
+    assert time.monotonic() - t0 < 10
+    r = cli("jobs", cwd=here)
+    assert "cancelled on request" in r.stdout
+    r = cli("cancel", info["task_id"][:6], cwd=here)
+    assert "already final" in r.stdout
+
+
+def test_usage_errors(here: Path) -> None:
+    r = cli("submit", cwd=here)
+    assert r.returncode == 2 and r.stderr.startswith("launchers: submit: no command given")
+    r = cli("submit", "--env", "1=2", "--", "true", cwd=here)
+    assert r.returncode == 2 and "--env '1=2'" in r.stderr
+    r = cli("logs", "nope", cwd=here)
+    assert r.returncode == 2 and "no job 'nope'" in r.stderr
+    r = cli("submit", "-r", "cuda(mem=80G)*8", "--", "true", cwd=here)
+    assert r.returncode == 2 and "Traceback" not in r.stderr

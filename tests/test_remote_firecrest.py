@@ -1,0 +1,201 @@
+"""firecREST v2 executor and ``launchers run`` against the loopback server on the real Slurm
+(remote-sites.md §3.3, §4.2, §5), with the real pyfirecrest client."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from remote_fixtures import (  # noqa: F401 - fixtures
+    FIRECREST_SECRET,
+    FIRECREST_USER,
+    SECRETS,
+    all_text,
+    firecrest_server,
+    make_project,
+)
+from servers.firecrest import FirecrestServer
+
+from launchers.cli.main import main
+
+pytestmark = pytest.mark.slurm
+
+
+def backend(tmp_path: Path, server: FirecrestServer, extra: str = "") -> Path:
+    cfg = tmp_path / "backend.yaml"
+    cfg.write_text(
+        f"Firecrest:\n  ApiUrl: {server.api_url}\n  TokenUrl: {server.token_url}\n  Machine: {server.machine}\n"
+        "Resources:\n  Queue: debug\n  Runtime: 10m\n  MemoryPerNode: 256M\n"
+        "Environment:\n  Variables: {GREETING: 'hi there'}\n"
+        "Exclude: [logs/]\n" + extra
+    )
+    return cfg
+
+
+def run_dir(server: FirecrestServer, workdir: Path) -> Path:
+    runs = list((server.scratch / FIRECREST_USER / "launchers").iterdir())
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_run_mlproject_end_to_end(firecrest_server: FirecrestServer, tmp_path: Path,
+                                  capfdbinary: pytest.CaptureFixture[bytes], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    server = firecrest_server
+    proj = make_project(tmp_path)
+    workdir = tmp_path / "runs"
+    t0 = time.monotonic()
+    rc = main(["run", str(proj), "--backend-config", str(backend(tmp_path, server)), "-P", "lr=0.5",
+               "--workdir", str(workdir)])
+    out, err = capfdbinary.readouterr()
+    assert rc == 0, err.decode()
+    text = out.decode()
+    remote = run_dir(server, workdir)
+    assert f"lr=0.5 data=hello-data cwd={remote}" in text
+    assert "helper: nested-ok" in text
+    assert b"warning on stderr" in err
+    # the project tree minus Exclude, and job.sh, are in the run directory
+    assert (remote / "pkg" / "helper.txt").read_text() == "nested-ok\n"
+    assert not (remote / "logs").exists()
+    assert (remote / "job.sh").exists() and (remote / "job.rc").exists()
+    # the local record mirrors the outputs
+    job_dirs = list((workdir / "jobs").glob("*/*"))
+    assert len(job_dirs) == 1
+    assert "lr=0.5" in (job_dirs[0] / "job.out").read_text()
+    # submitted as script_str + working_dir only (no env: it would break at commas)
+    body = server.submitted_bodies[-1]
+    assert body["working_directory"] == str(remote) and "env" not in body
+    assert "#SBATCH --partition=debug" in body["script"]
+    # tokens live 62 s and are renewed 60 s ahead: several were issued, none was refused
+    assert server.tokens_issued >= 2, server.tokens_issued
+    assert server.auth_failures == []
+    # no secret in any file or log line
+    assert FIRECREST_SECRET not in all_text(workdir)
+    assert FIRECREST_SECRET not in caplog.text
+    assert time.monotonic() - t0 < 40
+
+
+def run(proj: Path, cfg: Path, workdir: Path, *extra: str) -> int:
+    return main(["run", str(proj), "--backend-config", str(cfg), "--workdir", str(workdir), *extra])
+
+
+def test_rate_limit_and_bursts_are_retried(firecrest_server: FirecrestServer, tmp_path: Path,
+                                           capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """429 with Retry-After (seconds, then an HTTP date) and 502/503 bursts: retried, never fatal."""
+    from servers.firecrest import http_date
+
+    server = firecrest_server
+    server.faults.only = ("/status", "/filesystem", "/compute")
+    server.faults.rate_limited = 2
+    server.faults.retry_after = "1"
+    server.faults.burst = [503, 502, 503]
+    proj = make_project(tmp_path)
+    t0 = time.monotonic()
+    assert run(proj, backend(tmp_path, server), tmp_path / "runs") == 0, capfdbinary.readouterr()[1].decode()
+    assert server.faults.status_counts.get(429) == 2
+    assert server.faults.status_counts.get(503) == 2 and server.faults.status_counts.get(502) == 1
+    assert time.monotonic() - t0 >= 2.0  # Retry-After was honoured
+    # an HTTP-date Retry-After during status polling
+    server.faults.retry_after = http_date(1)
+    server.faults.rate_limited = 1
+    proj2 = tmp_path / "p2"
+    make_project(proj2)
+    assert run(proj2 / "project", backend(tmp_path, server), tmp_path / "runs2") == 0
+    assert server.faults.status_counts.get(429) == 3
+
+
+def test_job_not_visible_right_after_submit(firecrest_server: FirecrestServer, tmp_path: Path,
+                                            capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """``404 Job not found.`` within 60 s of submission means pending (pyfirecrest#199)."""
+    server = firecrest_server
+    server.visibility_delay = 3.0
+    proj = make_project(tmp_path)
+    assert run(proj, backend(tmp_path, server), tmp_path / "runs") == 0, capfdbinary.readouterr()[1].decode()
+    assert ("GET", f"/compute/{server.machine}/jobs/{next(iter(server.jobs))}", 404) in server.requests
+
+
+def test_upload_failing_halfway_submits_nothing(firecrest_server: FirecrestServer, tmp_path: Path,
+                                                capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    server = firecrest_server
+    server.faults.fail_upload_at = 3
+    proj = make_project(tmp_path)
+    rc = run(proj, backend(tmp_path, server), tmp_path / "runs")
+    err = capfdbinary.readouterr()[1].decode()
+    assert rc == 1
+    assert "upload of" in err and "nothing was submitted" in err and "ended FAILED" in err
+    assert server.jobs == {}  # never a job started with missing files
+
+
+def test_big_file_without_transfer_backend_is_refused(firecrest_server: FirecrestServer, tmp_path: Path,
+                                                      capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    server = firecrest_server
+    server.max_ops_file_size = 64 * 1024
+    proj = make_project(tmp_path)
+    (proj / "data" / "big.bin").write_bytes(b"x" * (200 * 1024))
+    (proj / "data" / "medium.bin").write_bytes(b"y" * (60 * 1024))  # direct, below the limit
+    rc = run(proj, backend(tmp_path, server), tmp_path / "runs")
+    err = capfdbinary.readouterr()[1].decode()
+    assert rc == 1
+    assert "data/big.bin (200K" in err and "max_ops_file_size 64K" in err and "exclude it" in err
+    assert server.jobs == {}
+
+
+def test_short_token_lifetime_is_an_error(firecrest_server: FirecrestServer, tmp_path: Path,
+                                          capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    firecrest_server.token_lifetime = 60
+    rc = run(make_project(tmp_path), backend(tmp_path, firecrest_server), tmp_path / "runs")
+    err = capfdbinary.readouterr()[1].decode()
+    assert rc == 1 and "expires_in=60" in err
+
+
+def test_wrong_secret_names_variables_not_secret(firecrest_server: FirecrestServer, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    monkeypatch.setenv("LAUNCHERS_FIRECREST_CLIENT_SECRET", "wrong-" + FIRECREST_SECRET)
+    rc = run(make_project(tmp_path), backend(tmp_path, firecrest_server), tmp_path / "runs")
+    err = capfdbinary.readouterr()[1].decode()
+    assert rc == 1
+    assert "LAUNCHERS_FIRECREST_CLIENT_SECRET" in err and FIRECREST_SECRET not in err
+    assert FIRECREST_SECRET not in all_text(tmp_path / "runs")
+
+
+LAUNCHERS_YAML = """\
+firecrest:
+  - id: fc
+    site: {{api_url: "{api}", token_url: "{token}", machine: cluster,
+           client_id_env: FC_ID, client_secret_env: FC_SECRET}}
+    environment: {{Variables: {{FROM_GROUP: "group-env"}}}}
+    partitions:
+      debug: {{configuration: {{cpu: {{cores: 8, memory: 16G}}, max_duration: 1h}}}}
+"""
+
+
+def test_experiment_with_find_launcher_firecrest_group(firecrest_server: FirecrestServer, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An experiment script whose firecrest group is chosen by ``find_launcher``; cancelling a
+    job that just finished is not an error (firecrest-v2#159: 500)."""
+    from launchers import command, experiment, find_launcher
+    from launchers.jobs.loop import run_sync
+
+    server = firecrest_server
+    from remote_fixtures import FIRECREST_ID
+
+    monkeypatch.setenv("FC_ID", FIRECREST_ID)
+    monkeypatch.setenv("FC_SECRET", FIRECREST_SECRET)
+    cfg = tmp_path / "launchers.yaml"
+    cfg.write_text(LAUNCHERS_YAML.format(api=server.api_url, token=server.token_url))
+    launcher = find_launcher("cpu(cores=2) & duration=10m", config=str(cfg))
+    assert launcher.kind == "firecrest"
+    with experiment(tmp_path / "xp", launcher) as xp:
+        job = command(["bash", "-c", 'echo "hello $FROM_GROUP $MINE"'], env={"MINE": "a,b=c"}).submit()
+    assert xp.jobs == [job]
+    assert job.state.value == "COMPLETED"
+    assert job.stdout_path.read_text().strip().endswith("hello group-env a,b=c")
+    script = server.submitted_bodies[-1]["script"]
+    assert "#SBATCH --partition=debug" in script and "--cpus-per-task=2" in script
+    # cancel after the end: the server answers 500, which is not an error
+    run_sync(job.executor.cancel([job]), timeout=30)
+    assert server.faults.status_counts.get(500) == 1
+    assert job.state.value == "COMPLETED"

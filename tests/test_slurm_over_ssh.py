@@ -1,0 +1,125 @@
+"""End to end: a slurm group with ``connector: NAME`` submits, polls, cancels and reads outputs
+over the SSH connector (the sandbox's sshd on 127.0.0.1), and survives an sshd outage."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
+from launchers.config.loader import load_config
+from launchers.connectors import registry
+from launchers.connectors.ssh import SSHConnector
+from launchers.jobs import executor as jobs_executor
+from launchers.jobs.loop import run_sync
+from test_ssh_connector import OWN_SSHD_PORT, OwnSSHD, host_key_line
+
+pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
+
+
+def reset() -> None:
+    for key in [k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"]:
+        del jobs_executor._executors[key]
+    registry.forget_all()
+
+
+@pytest.fixture
+def clean(slurm_cluster: dict[str, str]) -> Iterator[dict[str, str]]:
+    reset()
+    yield slurm_cluster
+    reset()
+
+
+def write_config(tmp_path: Path, info: dict[str, str], port: int, known_hosts: str, **extra: Any) -> Path:
+    lines = [
+        "connectors:",
+        "  ssh:",
+        "    cluster:",
+        "      hostname: 127.0.0.1",
+        f"      port: {port}",
+        "      username: root",
+        f"      identity_file: {info['CLUSTER_SSH_KEY']}",
+        f"      known_hosts: {known_hosts}",
+        "      ssh_config: false",
+        *(f"      {k}: {v}" for k, v in extra.items()),
+        "slurm:",
+        "  - id: over-ssh",
+        "    connector: cluster",
+        "    partitions:",
+        "      debug: {}",
+    ]
+    path = tmp_path / "launchers.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def launcher(path: Path) -> SlurmLauncher:
+    group = load_config(path).groups[0]
+    assert group.connector == "cluster"
+    return SlurmLauncher(group=group, options={"partition": "debug", "time": "00:05:00"})
+
+
+def executor_commands() -> dict[str, int]:
+    (ex,) = [e for k, e in jobs_executor._executors.items() if isinstance(k, tuple) and k[0] == "slurm"]
+    return dict(ex.commands)
+
+
+def test_submit_poll_cancel_and_read_outputs(clean: dict[str, str], tmp_path: Path) -> None:
+    info = clean
+    conf = write_config(tmp_path, info, int(info["CLUSTER_SSH_PORT"]), info["CLUSTER_SSH_KNOWN_HOSTS"])
+    L = launcher(conf)
+    t0 = time.monotonic()
+    with pytest.raises(ExperimentFailed), experiment(tmp_path / "exp", L):
+        ok = command(["sh", "-c", 'echo "hello $1"; echo warn >&2', "sh", "over 'ssh'"]).submit()
+        bad = command(["sh", "-c", "exit 3"]).submit()
+        long = command(["sleep", "120"]).submit()
+        deadline = time.monotonic() + 30
+        while long.state is not JobState.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.1)
+        long.cancel()
+    assert time.monotonic() - t0 < 30
+    assert ok.state is JobState.COMPLETED and ok.result() == 0
+    assert (bad.state, bad.exit_code) == (JobState.FAILED, 3)
+    assert long.state is JobState.CANCELLED
+    # every Slurm command went over SSH: sbatch x3, scancel, and one remote command per poll cycle
+    cmds = executor_commands()
+    assert cmds.get("sbatch") == 3 and cmds.get("scancel") == 1
+    assert cmds.get("remote-cycle", 0) >= 1
+    # one SSH connection for the whole run; outputs readable over SFTP
+    conn = registry.get_connector("cluster", load_config(conf))
+    assert isinstance(conn, SSHConnector) and conn.connections_opened == 1
+    out = run_sync(conn.read_file(f"{ok.directory}/job.out"))
+    assert b"hello over 'ssh'" in out
+    err = run_sync(conn.read_file(f"{ok.directory}/job.err"))
+    assert b"warn" in err
+
+
+def test_job_tracked_across_an_sshd_outage(clean: dict[str, str], tmp_path: Path) -> None:
+    info = clean
+    server = OwnSSHD(info["CLUSTER_DIR"], tmp_path)
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[127.0.0.1]:{OWN_SSHD_PORT} {host_key_line(info)}\n")
+    server.start()
+    try:
+        conf = write_config(tmp_path, info, OWN_SSHD_PORT, str(kh), keepalive_interval="1s", command_timeout="10s")
+        L = launcher(conf)
+        with experiment(tmp_path / "exp", L):
+            job = command(["sleep", "4"]).submit()
+            deadline = time.monotonic() + 20
+            while job.native_id is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert job.native_id is not None, job.state
+            server.kill()  # the cluster stays up; only the way to it is gone
+            time.sleep(2)
+            assert not job.state.is_final  # an outage never fails (nor finishes) a job
+            server.start()
+            assert job.wait(timeout=40) is JobState.COMPLETED
+        assert job.state is JobState.COMPLETED
+        conn = registry.get_connector("cluster", load_config(conf))
+        assert isinstance(conn, SSHConnector) and conn.connections_opened >= 2
+    finally:
+        server.kill()
