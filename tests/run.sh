@@ -14,7 +14,8 @@ cleanup() {
 }
 trap cleanup EXIT
 bash tests/cluster/start.sh >/tmp/launchers-cluster.env
-started=1
+# stop on exit only what this run started (a reused, already running cluster is left alone)
+grep -q '^# start.sh: reused' /tmp/launchers-cluster.env || started=1
 set -a; source "$CLUSTER_DIR/env.sh"; set +a
 python3 -m ruff check src tests
 python3 -m mypy

@@ -244,3 +244,16 @@ def test_force_while_running_is_an_error(tmp_path: Path) -> None:
             command(["sleep", "5"]).submit(force=True)
         xp.cancel()
         assert j.wait(5) is JobState.CANCELLED
+
+
+def test_find_launcher_result_runs_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from launchers import find_launcher
+
+    cfg = tmp_path / "launchers.yaml"
+    cfg.write_text("local:\n  - id: box\n    cpu: {cores: 2, memory: 2G}\n    env: {GROUP_VAR: from-group}\n")
+    monkeypatch.setenv("EXPERIMENT_VAR", "passed")  # export: ALL passes the experiment's environment
+    launcher = find_launcher("cpu(cores=1)", config=cfg)
+    with experiment(tmp_path / "xp", launcher, progress=False):
+        job = tt.echo_env(["EXPERIMENT_VAR", "GROUP_VAR", "LAUNCHERS_ATTEMPT"]).submit()
+    assert job.result() == {"EXPERIMENT_VAR": "passed", "GROUP_VAR": "from-group", "LAUNCHERS_ATTEMPT": "1"}
+    assert job.record.launcher["group"] == "box"

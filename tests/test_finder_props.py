@@ -24,7 +24,7 @@ from launchers.config.model import (
     SlurmGroup,
 )
 from launchers.finder.hosts import GPUSlot, layered, node_groups_of, slurm_host
-from launchers.finder.match import accepts, assign_gpus, problems
+from launchers.finder.match import accepts, assign_gpus, fit, problems
 from launchers.language.values import CPURequest, GPURequest, HostRequirement
 from launchers.slurm.options import SlurmOptions
 
@@ -136,6 +136,10 @@ def test_random_search_is_sound(group: SlurmGroup, alt: HostRequirement) -> None
     qos = group.qos.get(o.qos) if o.qos else None
     cores = o.cpus_per_task
     warned = any("WARNING" in line for line in launcher.explanation)
+    assert launcher.hosts
+    for host in launcher.hosts:  # the chosen and merged candidates really match
+        assert not problems(alt, host, first_only=False)[0]
+        assert fit(alt, host) >= 0
     for p, ng in _admitted(group, o):
         host = slurm_host(group, p, layered(group, p, ng), qos)
         if o.qos is not None and o.qos not in p.qos:
@@ -178,3 +182,18 @@ def test_gpu_assignment_matches_brute_force_in_any_order(requests: list[int], sl
     rnd.shuffle(shuffled_r)  # type: ignore[attr-defined]
     rnd.shuffle(shuffled_s)  # type: ignore[attr-defined]
     assert assign_gpus(shuffled_r, shuffled_s) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(slurm_group(), requirement())
+def test_fast_path_agrees_with_reasons(group: SlurmGroup, alt: HostRequirement) -> None:
+    from launchers.finder.hosts import build_index
+
+    for host in build_index(group).hosts:
+        reasons, cores = problems(alt, host, first_only=False)
+        fast = fit(alt, host)
+        assert (fast >= 0) == (not reasons), (host, alt, reasons)
+        if fast >= 0:
+            assert fast == cores
+        first, _ = problems(alt, host, first_only=True)
+        assert bool(first) == bool(reasons)

@@ -117,7 +117,7 @@ def test_newline_in_directive_is_refused(tmp_path: Path, bad: str) -> None:
 
 
 def test_backslash_in_output_path_refused(tmp_path: Path) -> None:
-    with pytest.raises(ScriptError, match="--output: .*backslash"):
+    with pytest.raises(ScriptError, match=r"--output: .*backslash"):
         render_script(spec(tmp_path / "a\\b"))
 
 
