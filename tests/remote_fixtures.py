@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from servers.firecrest import FirecrestServer
 from servers.firecrest import cleanup as firecrest_cleanup
 from servers.unicore import UnicoreServer
@@ -23,8 +24,8 @@ FIRECREST_USER = "bob"
 SECRETS = (UNICORE_PASSWORD, FIRECREST_SECRET)
 
 
-@pytest.fixture
-def unicore_server(slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[UnicoreServer]:
+@pytest.fixture(name="unicore_server")
+def unicore_server_fixture(slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[UnicoreServer]:
     """A UNICORE site with user alice; LAUNCHERS_UNICORE_USERNAME/_PASSWORD set; polls every 1 s."""
     from launchers.remote.unicore_executor import UnicoreExecutor
 
@@ -41,8 +42,8 @@ def unicore_server(slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: p
         server.stop()
 
 
-@pytest.fixture
-def firecrest_server(slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FirecrestServer]:
+@pytest.fixture(name="firecrest_server")
+def firecrest_server_fixture(slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FirecrestServer]:
     """A firecREST system ``cluster`` with one client (user bob); tokens live 62 s, so with the
     60 s renewal margin every token is renewed after about 2 s."""
     from launchers.remote.firecrest_executor import FirecrestExecutor
@@ -74,12 +75,13 @@ entry_points:
 """
 
 TRAIN = """\
-import argparse, os, sys
+import argparse, os, sys, time
 p = argparse.ArgumentParser()
 p.add_argument("--lr")
 p.add_argument("--data")
 a = p.parse_args()
-print("lr=" + a.lr, "data=" + open(a.data).read().strip(), "cwd=" + os.getcwd())
+print("lr=" + a.lr, "data=" + open(a.data).read().strip(), "cwd=" + os.getcwd(), flush=True)
+time.sleep(float(os.environ.get("TRAIN_SLEEP", "2")))  # a run that outlives a token (62 s - 60 s)
 print("helper:", open("pkg/helper.txt").read().strip())
 print("warning on stderr", file=sys.stderr)
 """

@@ -257,3 +257,46 @@ def test_find_launcher_result_runs_jobs(tmp_path: Path, monkeypatch: pytest.Monk
         job = tt.echo_env(["EXPERIMENT_VAR", "GROUP_VAR", "LAUNCHERS_ATTEMPT"]).submit()
     assert job.result() == {"EXPERIMENT_VAR": "passed", "GROUP_VAR": "from-group", "LAUNCHERS_ATTEMPT": "1"}
     assert job.record.launcher["group"] == "box"
+
+
+@pytest.mark.ssh
+def test_direct_over_ssh(tmp_path: Path, slurm_cluster: dict[str, str]) -> None:
+    """The same job through an SSH connector: started, followed and cancelled remotely, its
+    outputs and result copied back."""
+    from launchers.config.loader import load_config
+
+    env = slurm_cluster
+    cfg = tmp_path / "launchers.yaml"
+    cfg.write_text(textwrap.dedent(f"""
+        connectors:
+          ssh:
+            box:
+              hostname: {env["CLUSTER_SSH_HOST"]}
+              port: {env["CLUSTER_SSH_PORT"]}
+              username: {env.get("CLUSTER_SSH_USER", "root")}
+              identity_file: {env["CLUSTER_SSH_KEY"]}
+              known_hosts: {env["CLUSTER_SSH_KNOWN_HOSTS"]}
+              ssh_config: false
+              workdir: {tmp_path / "remote"}
+        local:
+          - id: remote
+            connector: box
+            env: {{PYTHONPATH: "{TESTS}:{Path(__import__("launchers").__file__).parent.parent}"}}
+    """))
+    launcher = DirectLauncher(group=load_config(cfg).groups[0])  # type: ignore[arg-type]
+    with pytest.raises(ExperimentFailed) as info, experiment(tmp_path / "xp", launcher, progress=False):
+        hello = command(["sh", "-c", "echo remote $LAUNCHERS_ATTEMPT; exit 0"]).submit()
+        added = tt.add(20, b=22).submit()
+        slow = command(["sleep", "30"]).submit()
+        deadline = time.monotonic() + 20
+        while slow.state is not JobState.RUNNING:
+            assert time.monotonic() < deadline, slow.state
+            time.sleep(0.05)
+        slow.cancel()
+        assert slow.wait(15) is JobState.CANCELLED
+    assert [j.task_id for j in info.value.jobs] == [slow.task_id]
+    assert hello.result() == 0 and added.result() == 42
+    assert hello.stdout_path.read_text().splitlines()[1] == "remote 1"
+    remote = hello.record.extra["remote_dir"]
+    assert remote.startswith(str(tmp_path / "remote")) and Path(remote, "job.rc").exists()
+    assert (hello.directory / "job.sh").exists()

@@ -125,3 +125,13 @@ def test_deterministic_across_hash_seeds(config: str) -> None:
         )
         outputs.add(res.stdout)
     assert len(outputs) == 1, outputs
+
+
+def test_local_json_group_index_and_explain_on_stderr(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "launchers.yaml"
+    path.write_text("local:\n  - cpu: {cores: 4}\n")
+    assert main(["find", "cpu(cores=2)", "--config", str(path), "--json", "--explain"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data == {"kind": "local", "group": 0, "alternative": 0, "options": {}, "sbatch_args": []}
+    assert "chosen for alternative 0" in captured.err

@@ -8,17 +8,17 @@ import time
 from pathlib import Path
 
 import pytest
+
+from launchers.cli.main import main
 from remote_fixtures import (  # noqa: F401 - fixtures
     FIRECREST_SECRET,
     FIRECREST_USER,
     SECRETS,
     all_text,
-    firecrest_server,
+    firecrest_server_fixture,
     make_project,
 )
 from servers.firecrest import FirecrestServer
-
-from launchers.cli.main import main
 
 pytestmark = pytest.mark.slurm
 
@@ -138,7 +138,7 @@ def test_big_file_without_transfer_backend_is_refused(firecrest_server: Firecres
     rc = run(proj, backend(tmp_path, server), tmp_path / "runs")
     err = capfdbinary.readouterr()[1].decode()
     assert rc == 1
-    assert "data/big.bin (200K" in err and "max_ops_file_size 64K" in err and "exclude it" in err
+    assert "data/big.bin (200 KiB)" in err and "max_ops_file_size 64 KiB" in err and "exclude it" in err
     assert server.jobs == {}
 
 

@@ -9,15 +9,15 @@ import time
 from pathlib import Path
 
 import pytest
+
+from launchers.cli.main import main
 from remote_fixtures import (  # noqa: F401 - fixtures
     UNICORE_PASSWORD,
     all_text,
     make_project,
-    unicore_server,
+    unicore_server_fixture,
 )
 from servers.unicore import UnicoreServer
-
-from launchers.cli.main import main
 
 pytestmark = pytest.mark.slurm
 
@@ -72,7 +72,89 @@ def test_failing_entry_point_exit_code(unicore_server: UnicoreServer, tmp_path: 
     proj = make_project(tmp_path)
     rc = main(["run", str(proj), "-e", "fail", "--backend-config", str(backend(tmp_path, unicore_server)),
                "--workdir", str(tmp_path / "runs")])
-    out, err = capfdbinary.readouterr()
+    _, err = capfdbinary.readouterr()
     assert rc == 3, err.decode()
     assert b"going to fail" in err
     assert b"ended FAILED" in err
+
+
+def run(proj: Path, cfg: Path, workdir: Path, *extra: str) -> int:
+    return main(["run", str(proj), "--backend-config", str(cfg), "--workdir", str(workdir), *extra])
+
+
+def test_expired_sessions_and_503_bursts(unicore_server: UnicoreServer, tmp_path: Path,
+                                         capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """432 (expired security session): pyunicore repeats without it; 503s are retried."""
+    server = unicore_server
+    server.session_lifetime_ms = 200
+    server.faults.burst = [503, 503]
+    proj = make_project(tmp_path)
+    assert run(proj, backend(tmp_path, server), tmp_path / "runs") == 0, capfdbinary.readouterr()[1].decode()
+    assert server.sessions_expired > 0
+    assert server.faults.status_counts.get(503) == 2
+
+
+def test_upload_failing_halfway_destroys_the_job(unicore_server: UnicoreServer, tmp_path: Path,
+                                                 capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    server = unicore_server
+    server.faults.fail_upload_at = 3
+    proj = make_project(tmp_path)
+    rc = run(proj, backend(tmp_path, server), tmp_path / "runs")
+    err = capfdbinary.readouterr()[1].decode()
+    assert rc == 1
+    assert "upload of" in err and "destroyed before it started" in err
+    assert server.jobs == {}  # DELETE was sent: no job, no working directory
+    assert not any(m == "POST" and p.endswith("/actions/start") for m, p, _ in server.requests)
+    assert any(m == "DELETE" and s == 204 for m, _, s in server.requests)
+
+
+def test_wrong_password_is_an_authentication_error(unicore_server: UnicoreServer, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    monkeypatch.setenv("LAUNCHERS_UNICORE_PASSWORD", "not-" + UNICORE_PASSWORD)
+    rc = run(make_project(tmp_path), backend(tmp_path, unicore_server), tmp_path / "runs")
+    err = capfdbinary.readouterr()[1].decode()
+    assert rc == 1
+    assert "LAUNCHERS_UNICORE_USERNAME and LAUNCHERS_UNICORE_PASSWORD" in err and "anonymous" in err
+    assert UNICORE_PASSWORD not in err
+
+
+def test_mantik_variables_for_a_standalone_config(unicore_server: UnicoreServer, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    from remote_fixtures import UNICORE_USER
+
+    monkeypatch.delenv("LAUNCHERS_UNICORE_USERNAME")
+    monkeypatch.delenv("LAUNCHERS_UNICORE_PASSWORD")
+    monkeypatch.setenv("MANTIK_UNICORE_USERNAME", UNICORE_USER)
+    monkeypatch.setenv("MANTIK_UNICORE_PASSWORD", UNICORE_PASSWORD)
+    monkeypatch.setenv("TRAIN_SLEEP", "0")
+    assert run(make_project(tmp_path), backend(tmp_path, unicore_server), tmp_path / "runs") == 0
+
+
+def test_many_jobs_status_in_flight_is_bounded(unicore_server: UnicoreServer, tmp_path: Path) -> None:
+    """One GET per unfinished job per cycle, at most 8 at once; abort of a running job."""
+    from launchers import command, experiment
+    from launchers.config.model import Position, UnicoreGroup, UnicoreSite
+    from launchers.remote.unicore import UnicoreLauncher
+
+    server = unicore_server
+    site = UnicoreSite(url=server.base_url)
+    launcher = UnicoreLauncher(group=UnicoreGroup(id="uc", site=site, position=Position("launchers.yaml", 1)),
+                               options={"partition": "debug", "time": "0:05:00"})
+    from launchers.errors import ExperimentFailed
+
+    with pytest.raises(ExperimentFailed, match="CANCELLED"), experiment(tmp_path / "xp", launcher) as xp:
+        jobs = [command(["bash", "-c", f"sleep 1; echo job {i}"]).submit() for i in range(12)]
+        slow = command(["sleep", "300"]).submit()
+        deadline = time.monotonic() + 30
+        while slow.state.value != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        slow.cancel()
+        for j in jobs:
+            j.wait(60)
+    assert [j.state.value for j in jobs] == ["COMPLETED"] * 12
+    assert slow.state.value == "CANCELLED" and slow.reason == "cancelled on request"
+    assert len(xp.jobs) == 13
+    assert jobs[5].stdout_path.read_text().strip().endswith("job 5")
+    assert server.max_job_gets_in_flight <= 8

@@ -110,8 +110,8 @@ class UnicoreServer(LoopbackServer):
         self.sessions_expired = 0
         #: requests that carried an Authorization header (any) / job GETs (for tests)
         self.job_gets = 0
-        self.max_in_flight = 0
-        self._in_flight = 0
+        self.max_job_gets_in_flight = 0
+        self._job_gets_in_flight = 0
 
     @property
     def base_url(self) -> str:
@@ -141,14 +141,18 @@ class UnicoreServer(LoopbackServer):
         return {}
 
     def handle(self, req: Request) -> Response:
-        with self.lock:
-            self._in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        """Route a request (counting concurrent job status GETs for the tests)."""
+        counted = req.method == "GET" and re.fullmatch(self.prefix + r"/jobs/[\w-]+", req.path) is not None
+        if counted:
+            with self.lock:
+                self._job_gets_in_flight += 1
+                self.max_job_gets_in_flight = max(self.max_job_gets_in_flight, self._job_gets_in_flight)
         try:
             return self._handle(req)
         finally:
-            with self.lock:
-                self._in_flight -= 1
+            if counted:
+                with self.lock:
+                    self._job_gets_in_flight -= 1
 
     def _handle(self, req: Request) -> Response:
         if not req.path.startswith(self.prefix):

@@ -96,6 +96,7 @@ def find_config_file(config: str | os.PathLike[str] | None = None) -> Path | Non
 _Signature = tuple[tuple[int, int] | None, ...]
 _CACHE: dict[Path, tuple[_Signature, LaunchersConfig]] = {}
 _CACHE_LOCK = threading.Lock()
+_RESOLVED: dict[str, tuple[Path, Path, Path]] = {}
 
 
 def _stat(path: Path) -> tuple[int, int] | None:
@@ -128,12 +129,23 @@ def load_config(config: Any = None) -> LaunchersConfig:
         raise ConfigurationError(
             f"config must be a path or a LaunchersConfig, not {type(config).__name__}"
         )
-    path = find_config_file(config)
-    if path is None:
-        return LaunchersConfig()
-    path = path.resolve()
-    sidecars = (path.parent / CONNECTORS_NAME, path.parent / TOKENS_NAME)
-    signature = tuple(_stat(p) for p in (path, *sidecars))
+    # Experiment scripts call find_launcher(config=PATH) in loops: resolve a given argument
+    # (or $LAUNCHERS_CONFIG) once, then only stat the files to see whether they changed.
+    raw = os.fspath(config) if config is not None else os.environ.get(ENV_VAR) or None
+    files = _RESOLVED.get(raw) if raw is not None else None
+    if files is None:
+        found = find_config_file(config)
+        if found is None:
+            return LaunchersConfig()
+        path = found.resolve()
+        files = (path, path.parent / CONNECTORS_NAME, path.parent / TOKENS_NAME)
+        if raw is not None:
+            _RESOLVED[raw] = files
+    path, sidecars = files[0], files[1:]
+    signature = tuple(_stat(p) for p in files)
+    if signature[0] is None:  # the file went away since it was resolved
+        _RESOLVED.pop(raw, None)
+        find_config_file(config)  # raises the clear "does not exist" error
     with _CACHE_LOCK:
         hit = _CACHE.get(path)
         if hit is not None and hit[0] == signature:
@@ -164,6 +176,7 @@ def clear_cache() -> None:
     """Forget every cached configuration (tests; a long-running process after a move)."""
     with _CACHE_LOCK:
         _CACHE.clear()
+        _RESOLVED.clear()
 
 
 # ------------------------------------------------------------------------------------------
@@ -484,13 +497,8 @@ class _Builder:
             nodes = []
             for n in p.get("nodes", []):
                 nconf = self.configuration(n.get("configuration"))
-                hosts, count = n.get("hosts", ()), n.get("count")
-                if hosts and count is not None and count != len(hosts):
-                    self.r.problem(
-                        n.at("count"),
-                        join(n.path, "count"),
-                        f"count is {count} but {len(hosts)} hosts are listed; drop count or fix it",
-                    )
+                                # ``count`` is informative only: the older tool's files write ``count: 0``
+                # beside a host list, and they must load unchanged.
                 mem_per_cpu = mem_per_cpu or nconf.cpu.mem_per_cpu is not None
                 nodes.append(
                     NodeGroup(

@@ -402,6 +402,9 @@ class SSHConnector(Connector):
             except (ConnectorError, ConfigurationError) as e:
                 self._last_error = str(e)
                 log.debug("connector %s: reconnect attempt failed: %s", self.name, e)
+            except Exception as e:  # keep trying whatever asyncssh raised
+                self._last_error = f"{type(e).__name__}: {e}"
+                log.debug("connector %s: reconnect attempt failed", self.name, exc_info=True)
         log.error(
             "connector %s: gave up reconnecting to %s after %d s: %s",
             self.name, self.target, self.config.reconnect_timeout, self._last_error,
@@ -427,6 +430,10 @@ class SSHConnector(Connector):
                     if remaining <= 0:
                         raise asyncio.TimeoutError
                     await asyncio.wait_for(asyncio.shield(task), remaining)
+                except asyncio.CancelledError:
+                    if not task.cancelled():
+                        raise  # we were cancelled ourselves
+                    raise ConnectorError(f"connector {self.name} was closed while reconnecting")
                 except asyncio.TimeoutError:
                     since = time.monotonic() - (self._lost_at or time.monotonic())
                     raise ConnectorError(
@@ -585,6 +592,7 @@ class SSHConnector(Connector):
         )
         shown = shlex.join(argv)
         limit = float(timeout if timeout is not None else self.config.command_timeout)
+        self._bind_loop()  # before touching the semaphore: a new loop gets new primitives
         async with self._channels:
             conn, proc = await self._start(command, shown, limit)
             out, err = bytearray(), bytearray()
@@ -673,8 +681,14 @@ class SSHConnector(Connector):
         task.add_done_callback(self._background.discard)
 
     async def home(self) -> str:
-        """The remote home directory (asked once, then cached)."""
+        """The remote home directory (the SFTP server's start directory; else ``$HOME``)."""
         if self._home is None:
+            try:
+                self._home = (await self._sftp_client(float(self.config.command_timeout)))[2]
+                return self._home
+            except ConnectorError:
+                if not self._alive():
+                    raise  # no connection at all; SFTP alone failing falls back to the shell
             res = await self.run(["sh", "-c", 'printf %s "$HOME"'])
             if res.returncode != 0 or not res.stdout.startswith("/"):
                 raise ConnectorError(

@@ -31,7 +31,7 @@ from .match import fit, problems
 _MISSING: Any = object()
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=4096)
 def _parse_text(text: str) -> RequirementUnion:
     from ..language.parser import parse
 

@@ -347,6 +347,9 @@ def launcher_info(launcher: Launcher) -> dict[str, Any]:
         "group": getattr(group, "label", None) if group is not None else None,
         "connector": getattr(launcher, "connector", None) or getattr(group, "connector", "local"),
     }
+    cfg_file = getattr(getattr(group, "position", None), "file", None)
+    if info["connector"] != "local" and cfg_file:
+        info["config"] = str(cfg_file)  # to reach the connector again from the record (CLI)
     sbatch_args = getattr(launcher, "sbatch_args", None)
     if callable(sbatch_args):
         try:

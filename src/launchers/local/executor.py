@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LaunchersError
-from ..fsutil import atomic_write_text
+from ..fsutil import atomic_write_bytes, atomic_write_text
 from ..jobs.executor import Executor, StateUpdate, update_from_rc
 from ..jobs.proc import ProcessId
 from ..jobs.record import RcRecord, now_iso, read_rc
@@ -120,23 +120,24 @@ class DirectExecutor(Executor):
     def _totals(self, group: LocalGroup) -> dict[str, int]:
         return load_totals(group.position.file)
 
-    def _render(self, job: Job) -> str:
+    def _render(self, job: Job, job_dir: str | None = None, default_python: str = sys.executable) -> str:
         from ..slurm.script import ScriptSpec, job_name, render_script
 
         task = job.task
         if task is None:
             raise LaunchersError(f"job {job.task_id}: the task is unknown, cannot write job.sh")
         group = self._group(job)
-        python = group.python or sys.executable
+        job_dir = job_dir or str(job.directory)
+        python = group.python or default_python
         if task.kind == KIND_COMMAND:
             argv = tuple(task.target)
         else:
-            argv = (python, "-m", "launchers.run", str(job.directory))
+            argv = (python, "-m", "launchers.run", job_dir)
         env = dict(group.env)
         env.update(task.env)
         cleanup = tuple(str(holder_path(name, job.task_id)) for name, _ in group.tokens)
         spec = ScriptSpec(
-            job_dir=str(job.directory),
+            job_dir=job_dir,
             task_id=job.task_id,
             job_name=job_name(task.name, task.digest, job.attempt),
             argv=argv,
@@ -157,10 +158,9 @@ class DirectExecutor(Executor):
         group = getattr(launcher, "group", None)
         if not isinstance(group, LocalGroup):
             return
-        if group.connector != "local":
+        if group.connector != "local" and group.tokens:
             raise LaunchersError(
-                f"local group {group.label}: running directly through connector "
-                f"{group.connector!r} is not supported; use a slurm group with that connector"
+                f"local group {group.label}: counter tokens work only with the local connector"
             )
         if group.tokens:
             check_requests(dict(group.tokens), self._totals(group))
@@ -212,10 +212,7 @@ class DirectExecutor(Executor):
                                       reason=f"waiting for a free slot ({len(running)} of {limit} jobs running)"))
                 continue
             try:
-                outcome = acquire_and_start(
-                    tokens, self._totals(group) if tokens else {}, job.task_id, str(job.directory),
-                    lambda job=job: self._launch(job),  # type: ignore[misc]
-                )
+                outcome = self._try_start(job, tokens, group)
             except Exception as e:
                 self._queue.remove(job)
                 job.apply(StateUpdate(state=JobState.FAILED, detail="start failed", reason=str(e)))
@@ -228,16 +225,28 @@ class DirectExecutor(Executor):
             self._queue.remove(job)
             running.add(id(job))
             job.runtime["slot"] = key
-            job.apply(
-                StateUpdate(
-                    state=JobState.RUNNING,
-                    detail=f"pid {outcome.pid}",
-                    native_id=str(outcome.pid),
-                    reason="",
-                    extra={"process": outcome.to_json()},
-                )
+            if outcome is not None:
+                self._started(job, outcome)
+
+    def _try_start(self, job: Job, tokens: dict[str, int], group: LocalGroup) -> ProcessId | str | None:
+        """Start ``job`` now if its tokens allow: its process, a waiting reason, or None when
+        the start goes on asynchronously (``_started`` is then called later)."""
+        return acquire_and_start(
+            tokens, self._totals(group) if tokens else {}, job.task_id, str(job.directory),
+            lambda: self._launch(job),
+        )
+
+    def _started(self, job: Job, proc: ProcessId) -> None:
+        job.apply(
+            StateUpdate(
+                state=JobState.RUNNING,
+                detail=f"pid {proc.pid}",
+                native_id=str(proc.pid),
+                reason="",
+                extra={"process": proc.to_json()},
             )
-            self.tracker.wake()
+        )
+        self.tracker.wake()
 
     def _launch(self, job: Job) -> ProcessId:
         """Record SUBMITTING, then ``bash job.sh`` in a new session (stdin /dev/null, outputs appended)."""
@@ -380,14 +389,289 @@ class DirectExecutor(Executor):
         await self.submit(job)
 
 
+# -- the direct launcher over an SSH connector ------------------------------------------------------
+
+#: argv after ``sh -c START sh``: DIR EXPORT JOB_DIR ATTEMPT TASK_ID; prints "PID START BOOT_ID".
+_REMOTE_START = r"""dir=$1 mode=$2 jd=$3 att=$4 tid=$5
+cd "$dir" || exit 97
+rm -f job.rc result.json result.pickle error.json
+if [ "$mode" = NONE ]; then
+    set -- env -i
+    for v in HOME USER LOGNAME PATH LANG LC_ALL TMPDIR; do
+        eval "x=\${$v-__unset__}"
+        [ "$x" = __unset__ ] || set -- "$@" "$v=$x"
+    done
+else
+    set -- env
+fi
+"$@" LAUNCHERS_JOB_DIR="$jd" LAUNCHERS_ATTEMPT="$att" LAUNCHERS_TASK_ID="$tid" \
+    setsid bash job.sh </dev/null >>job.out 2>>job.err &
+pid=$!
+start=$(awk '{print $22}' /proc/$pid/stat 2>/dev/null)
+printf '%s %s %s\n' "$pid" "${start:--}" "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
+"""
+
+#: argv: (INDEX DIR PID START)...; prints "BOOT id", then "RC i json" or "PS i start state".
+_REMOTE_POLL = r"""printf 'BOOT %s\n' "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
+while [ $# -ge 4 ]; do
+    i=$1 dir=$2 pid=$3
+    shift 4
+    info=$(awk '{print $22" "$3}' /proc/$pid/stat 2>/dev/null)
+    if [ -f "$dir/job.rc" ]; then
+        printf 'RC %s %s\n' "$i" "$(tr -d '\n' < "$dir/job.rc")"
+    else
+        printf 'PS %s %s\n' "$i" "${info:-- -}"
+    fi
+done
+"""
+
+#: argv: SIGNAL (PID START)...: signal each process group whose leader has that start time.
+_REMOTE_KILL = r"""sig=$1
+shift
+while [ $# -ge 2 ]; do
+    st=$(awk '{print $22}' /proc/$1/stat 2>/dev/null)
+    [ -n "$st" ] && [ "$st" = "$2" ] && kill -s "$sig" -- "-$1" 2>/dev/null
+    shift 2
+done
+exit 0
+"""
+
+#: argv: JOB_DIR ATTEMPT: the session leader started for it ("PID START BOOT") or nothing.
+_REMOTE_FIND = r"""for e in /proc/[0-9]*/environ; do
+    p=${e#/proc/}; p=${p%/environ}
+    env=$(tr '\0' '\n' < "$e" 2>/dev/null) || continue
+    printf '%s\n' "$env" | grep -qxF "LAUNCHERS_JOB_DIR=$1" || continue
+    printf '%s\n' "$env" | grep -qxF "LAUNCHERS_ATTEMPT=$2" || continue
+    set -- "$1" "$2" $(awk '{print $22" "$6" "$3}' /proc/$p/stat 2>/dev/null)
+    [ "$4" = "$p" ] && [ "$5" != Z ] || { set -- "$1" "$2"; continue; }
+    printf '%s %s %s\n' "$p" "$3" "$(cat /proc/sys/kernel/random/boot_id)"
+    exit 0
+done
+exit 0
+"""
+
+#: Files copied back from the remote job directory once a job has ended.
+FETCHED = ("job.out", "job.err", "job.rc", "result.json", "result.pickle", "error.json")
+
+
+class RemoteDirectExecutor(DirectExecutor):
+    """The direct launcher on a host reached through an SSH connector: the job directory lives
+    under the connector's ``workdir``; each cycle is one remote command for all jobs; outputs
+    and results are copied back to the local job directory when a job ends."""
+
+    poll_min = 1.0
+    poll_max = 10.0
+
+    def __init__(self, key: Any, connector: str, config_file: str | None) -> None:
+        super().__init__(key)
+        self.connector_name = connector
+        self.config_file = config_file
+        self._connector: Any = None
+        self._root: str | None = None
+
+    @property
+    def connector(self) -> Any:
+        if self._connector is None:
+            from ..config.loader import load_config
+            from ..connectors.registry import get_connector
+
+            self._connector = get_connector(self.connector_name, load_config(self.config_file))
+        return self._connector
+
+    async def _remote_root(self) -> str:
+        if self._root is None:
+            root = str(getattr(getattr(self.connector, "config", None), "workdir", "~/.local/share/launchers"))
+            if root == "~" or root.startswith("~/"):
+                root = (await self.connector.home()).rstrip("/") + root[1:]
+            self._root = root.rstrip("/")
+        return self._root
+
+    async def remote_dir(self, job: Job) -> str:
+        """``<connector workdir>/<hash of the local workdir>/jobs/<name>/<digest>``."""
+        import hashlib
+
+        known = job.record.extra.get("remote_dir")
+        if isinstance(known, str) and known:
+            return known
+        workdir = job.directory.parent.parent.parent
+        tag = hashlib.sha256(str(workdir).encode()).hexdigest()[:12]
+        return f"{await self._remote_root()}/{tag}/jobs/{job.directory.parent.name}/{job.directory.name}"
+
+    async def submit(self, job: Job) -> None:
+        rdir = await self.remote_dir(job)
+        script = self._render(job, rdir, default_python="python3")
+        atomic_write_text(job.paths.script, script, mode=0o755)  # the local copy
+        await self.connector.write_file(f"{rdir}/job.sh", script.encode(), mode=0o755)
+        params = job.paths.params.read_bytes()
+        await self.connector.write_file(f"{rdir}/params.json", params)
+        from ..slurm.script import job_name
+
+        assert job.task is not None
+        job.runtime["job_name"] = job_name(job.task.name, job.task.digest, job.attempt)
+        job.apply(StateUpdate(extra={"remote_dir": rdir}))
+        self._queue.append(job)
+        self._dispatch()
+        self._ensure_waiter()
+
+    def _try_start(self, job: Job, tokens: dict[str, int], group: LocalGroup) -> ProcessId | str | None:
+        asyncio.get_running_loop().create_task(self._start_remote(job, group))
+        return None
+
+    async def _start_remote(self, job: Job, group: LocalGroup) -> None:
+        rdir = str(job.record.extra.get("remote_dir"))
+        job.apply(StateUpdate(state=JobState.SUBMITTING, job_name=job.runtime.get("job_name"),
+                              submitted_at=now_iso(), reason=""))
+        try:
+            res = await self.connector.run(
+                ["sh", "-c", _REMOTE_START, "sh", rdir, group.export.upper(), rdir, str(job.attempt), job.task_id]
+            )
+            if res.returncode != 0:
+                raise LaunchersError(f"cannot start the job in {rdir} on {self.connector_name}: "
+                                     f"{res.stderr.strip() or f'exit {res.returncode}'}")
+            pid, start, boot = [*res.stdout.split(), "", "", ""][:3]
+            proc = ProcessId(int(pid), None if start == "-" else int(start), boot, self.connector_name)
+        except Exception as e:
+            self._finished(job)
+            # the start command may have run: reconcile looks for the process before resubmitting
+            job.apply(StateUpdate(state=JobState.FAILED, detail="start failed", reason=str(e)))
+            return
+        self._started(job, proc)
+
+    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+        """One remote command for every job: ``job.rc``, else the process, else LOST."""
+        from ..jobs.record import parse_rc
+
+        argv = ["sh", "-c", _REMOTE_POLL, "sh"]
+        known: list[tuple[Job, ProcessId]] = []
+        for job in jobs:
+            proc = ProcessId.from_json(job.record.extra.get("process"))
+            rdir = job.record.extra.get("remote_dir")
+            if proc is None or not isinstance(rdir, str):
+                continue
+            argv += [str(len(known)), rdir, str(proc.pid), str(proc.start)]
+            known.append((job, proc))
+        if not known:
+            return {}
+        res = await self.connector.run(argv)
+        if res.returncode != 0:
+            raise LaunchersError(f"status command failed on {self.connector_name}: {res.stderr.strip()}")
+        boot = ""
+        out: dict[Job, StateUpdate] = {}
+        for line in res.stdout.splitlines():
+            kind, _, rest = line.partition(" ")
+            if kind == "BOOT":
+                boot = rest.strip()
+                continue
+            index, _, data = rest.partition(" ")
+            try:
+                job, proc = known[int(index)]
+            except (ValueError, IndexError):
+                continue
+            update: StateUpdate | None = None
+            if kind == "RC":
+                rc = parse_rc(data)
+                if rc is None or (rc.attempt is not None and rc.attempt != job.attempt):
+                    continue
+                await self._fetch(job)
+                update = update_from_rc(job)
+            elif kind == "PS":
+                start, _, state = data.partition(" ")
+                alive = start == str(proc.start) and state not in ("Z", "X", "-") and (
+                    not proc.boot_id or proc.boot_id == boot)
+                if alive:
+                    if job.state is not JobState.RUNNING:
+                        update = StateUpdate(state=JobState.RUNNING)
+                else:
+                    await self._fetch(job)
+                    update = update_from_rc(job) or (
+                        StateUpdate(state=JobState.CANCELLED, detail="killed", reason="cancelled on request")
+                        if job.cancel_requested
+                        else StateUpdate(state=JobState.LOST, detail="no process, no job.rc", reason=LOST_REASON)
+                    )
+            if update is not None:
+                out[job] = update
+                if update.state is not None and update.state.is_final:
+                    self._finished(job)
+        if out:
+            self._dispatch()
+        return out
+
+    async def _fetch(self, job: Job) -> None:
+        """Copy the outputs and result files back to the local job directory."""
+        rdir = job.record.extra.get("remote_dir")
+        for name in FETCHED:
+            try:
+                data = await self.connector.read_file(f"{rdir}/{name}")
+            except FileNotFoundError:
+                continue
+            except Exception as e:  # a missing output must not hide the job's state
+                log.warning("%s: cannot copy %s back: %s", job.task_id, name, e)
+                continue
+            atomic_write_bytes(job.directory / name, data)
+
+    async def cancel(self, jobs: Sequence[Job]) -> None:
+        targets: list[str] = []
+        for job in jobs:
+            if job in self._queue:
+                self._queue.remove(job)
+                job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancelled while waiting",
+                                      reason="cancelled on request"))
+                continue
+            proc = ProcessId.from_json(job.record.extra.get("process"))
+            if proc is not None:
+                targets += [str(proc.pid), str(proc.start)]
+        if not targets:
+            return
+        await self._remote_kill("TERM", targets)
+
+        async def later() -> None:
+            await asyncio.sleep(self.kill_grace)
+            try:
+                await self._remote_kill("KILL", targets)
+            except Exception as e:
+                log.warning("SIGKILL after the grace period failed: %s", e)
+
+        asyncio.get_running_loop().create_task(later())
+
+    async def _remote_kill(self, sig: str, targets: list[str]) -> None:
+        res = await self.connector.run(["sh", "-c", _REMOTE_KILL, "sh", sig, *targets])
+        if res.returncode != 0:
+            raise LaunchersError(f"kill failed on {self.connector_name}: {res.stderr.strip()}")
+
+    async def reconcile(self, job: Job) -> None:
+        rdir = await self.remote_dir(job)
+        res = await self.connector.run(["sh", "-c", _REMOTE_FIND, "sh", rdir, str(job.attempt)])
+        fields = res.stdout.split()
+        if res.returncode == 0 and len(fields) == 3:
+            proc = ProcessId(int(fields[0]), int(fields[1]), fields[2], self.connector_name)
+            job.apply(StateUpdate(state=JobState.RUNNING, detail="adopted after a crash",
+                                  native_id=fields[0], extra={"process": proc.to_json(), "remote_dir": rdir}))
+            return
+        await self._fetch(job)
+        update = update_from_rc(job)
+        if update is not None:
+            job.apply(update)
+        elif has_banner(job.directory, job.attempt):
+            job.apply(StateUpdate(state=JobState.LOST, detail="found after a crash", reason=LOST_REASON))
+        else:
+            await self.submit(job)
+
+
 def create_executor(launcher: Launcher) -> DirectExecutor:
-    """The executor for local launchers (one per process)."""
-    return DirectExecutor(("local", "local", None))
+    """The executor for local launchers: one for this machine, one per SSH connector."""
+    connector = executor_key(launcher)[1]
+    if connector == "local":
+        return DirectExecutor(("local", "local", None))
+    group = getattr(launcher, "group", None)
+    return RemoteDirectExecutor(("local", connector, None), connector,
+                                getattr(getattr(group, "position", None), "file", None))
 
 
 def executor_key(launcher: Launcher) -> tuple[str, str, None]:
-    """All local launchers of a process share one executor (slots are counted per group)."""
-    return ("local", "local", None)
+    """All local launchers of a process reaching one host share one executor (slots are
+    counted per group)."""
+    group = getattr(launcher, "group", None)
+    return ("local", str(getattr(group, "connector", "local") or "local"), None)
 
 
 def executor_from_record(info: Mapping[str, Any], record: object) -> DirectExecutor:
@@ -395,4 +679,11 @@ def executor_from_record(info: Mapping[str, Any], record: object) -> DirectExecu
     from ..jobs.executor import executor_for
     from .launcher import DirectLauncher
 
-    return executor_for(DirectLauncher())  # type: ignore[return-value]
+    connector = str(info.get("connector") or "local")
+    if connector == "local":
+        return executor_for(DirectLauncher())  # type: ignore[return-value]
+    from ..config.loader import load_config
+
+    cfg_file = info.get("config")
+    load_config(cfg_file)  # fails clearly when the connector's configuration is gone
+    return RemoteDirectExecutor(("record", connector, None), connector, cfg_file)

@@ -48,6 +48,8 @@ RUNNING_STATES = ("RUNNING", "STAGINGOUT")
 MANTIK_USER = "MANTIK_UNICORE_USERNAME"
 MANTIK_PASSWORD = "MANTIK_UNICORE_PASSWORD"
 OUTPUTS = ("job.out", "job.err")
+#: files up to this size are uploaded from memory (safe to repeat); larger ones are streamed
+IN_MEMORY_UPLOAD = 64 * 1024 * 1024
 
 
 def _site_of(launcher: Any) -> UnicoreSite:
@@ -208,8 +210,13 @@ class UnicoreExecutor(Executor):
             def upload(item: tuple[Path | bytes, str]) -> None:
                 source, rel = item
                 try:
+                    # pyunicore repeats a request once after a 432 (expired session) with the same
+                    # body: a file stream would then be sent empty, so small files go as bytes
+                    if not isinstance(source, bytes) and source.stat().st_size <= IN_MEMORY_UPLOAD:
+                        source = source.read_bytes()
                     if isinstance(source, bytes):
-                        with_retries(lambda: storage.put(source, rel), f"{what}: upload {rel}", secrets=self._secrets)
+                        data = source
+                        with_retries(lambda: storage.put(data, rel), f"{what}: upload {rel}", secrets=self._secrets)
                     else:
                         with_retries(lambda: storage.upload(str(source), destination=rel), f"{what}: upload {rel}",
                                      secrets=self._secrets)

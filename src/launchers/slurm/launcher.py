@@ -22,6 +22,8 @@ LAUNCHER_SETTINGS = ("sbatch_options", "export", "env", "python")
 
 
 def _to_options(value: SlurmOptions | Mapping[str, Any] | None) -> SlurmOptions:
+    if value.__class__ is SlurmOptions:
+        return value
     if value is None:
         return SlurmOptions()
     if isinstance(value, SlurmOptions):
@@ -32,6 +34,8 @@ def _to_options(value: SlurmOptions | Mapping[str, Any] | None) -> SlurmOptions:
 
 
 def _pairs(value: Any) -> tuple[tuple[str, Any], ...]:
+    if value == ():
+        return ()
     if isinstance(value, Mapping):
         return tuple((str(k), v) for k, v in value.items())
     return tuple((str(k), v) for k, v in value)
