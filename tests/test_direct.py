@@ -300,3 +300,21 @@ def test_direct_over_ssh(tmp_path: Path, slurm_cluster: dict[str, str]) -> None:
     remote = hello.record.extra["remote_dir"]
     assert remote.startswith(str(tmp_path / "remote")) and Path(remote, "job.rc").exists()
     assert (hello.directory / "job.sh").exists()
+
+
+def test_exception_leaves_jobs_running(tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    argv = ["sh", "-c", f"sleep 0.5; echo done >> {marker}"]
+    with pytest.raises(KeyboardInterrupt), experiment(tmp_path / "xp", direct(), progress=False):
+        job = command(argv).submit()
+        while job.state is not JobState.RUNNING:
+            time.sleep(0.02)
+        raise KeyboardInterrupt  # as a Ctrl-C would: nothing is cancelled, nothing waited for
+    assert not job.state.is_final
+    from launchers.jobs import job as job_module
+
+    job_module._jobs.clear()  # as in a new process
+    with experiment(tmp_path / "xp", direct(), progress=False):
+        again = command(argv).submit()
+        assert again.native_id == job.native_id  # re-attached, not resubmitted
+    assert again.state is JobState.COMPLETED and marker.read_text() == "done\n"

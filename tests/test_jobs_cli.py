@@ -73,3 +73,32 @@ def test_usage_errors(here: Path) -> None:
     assert r.returncode == 2 and "no job 'nope'" in r.stderr
     r = cli("submit", "-r", "cuda(mem=80G)*8", "--", "true", cwd=here)
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+@pytest.mark.slurm
+def test_cancel_slurm_job_from_the_command_line(here: Path, slurm_cluster: dict[str, str]) -> None:
+    """A job submitted by a process that has left is cancelled by ``launchers cancel``."""
+    script = here / "submit.py"
+    script.write_text(
+        "from launchers import experiment, command\n"
+        "from launchers.slurm.launcher import SlurmLauncher\n"
+        "from launchers.config.model import SlurmGroup\n"
+        "xp = experiment('xp', SlurmLauncher(group=SlurmGroup(id='sandbox')), progress=False)\n"
+        "xp.__enter__()\n"
+        "job = command(['sleep', '120']).submit()\n"
+        "import time\n"
+        "while not job.native_id and not job.state.is_final:\n"
+        "    time.sleep(0.05)\n"
+        "print(job.native_id, job.state.value)\n"
+        "xp.leave()\n"
+    )
+    r = subprocess.run([sys.executable, str(script)], cwd=here, text=True, capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    native_id, state = r.stdout.split()
+    assert state == "PENDING" and native_id.isdigit()
+    r = cli("cancel", "--all", "xp", cwd=here)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[1] == "CANCELLED"
+    squeue = subprocess.run(["squeue", "--noheader", "--states=all", "--format=%i %T", "--jobs", native_id],
+                            text=True, capture_output=True, env=dict(os.environ, **slurm_cluster))
+    assert "CANCELLED" in squeue.stdout

@@ -545,11 +545,16 @@ def _sbatch_checker() -> Callable[..., Any] | None:
     return func if callable(func) else None
 
 
+def _is_zero(raw: object) -> bool:
+    """A bare 0 means "none" in every unit (finder.md §4: an explicit 0 does override)."""
+    return type(raw) is int and raw == 0 or (isinstance(raw, str) and raw.strip() == "0")
+
+
 @lru_cache(maxsize=4096)
 def _size(raw: str | int) -> int:
-    return parse_size(raw)
+    return 0 if _is_zero(raw) else parse_size(raw)
 
 
 @lru_cache(maxsize=4096)
 def _duration(raw: str | int | float) -> int:
-    return parse_duration(raw)
+    return 0 if _is_zero(raw) else parse_duration(raw)

@@ -95,6 +95,12 @@ class Job:
         return self._record.attempt
 
     @property
+    def pilot(self) -> str | None:
+        """Batched jobs: the native id of the pilot whose runner claimed the task (batching.md §3.1)."""
+        value = self._record.extra.get("pilot")
+        return None if value is None else str(value)
+
+    @property
     def reason(self) -> str | None:
         return self._record.reason
 

@@ -114,7 +114,7 @@ class Tracker:
             now = time.monotonic()
             if self._poll_now or now - last_full >= self.interval - 0.01:
                 self._poll_now = False
-                last_full = now
+                last_full = now  # also without tracked jobs: observers and waiting jobs need no spin
                 if tracked:
                     tracked = [j for j in tracked if not j.state.is_final]
                     ok_before = self._outage_since is None

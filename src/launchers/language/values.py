@@ -189,6 +189,11 @@ def _size_arg(value: str | int | None, what: str) -> int:
         if value < 0:
             raise RequirementSyntaxError(f"{what}: a size cannot be negative", str(value), 1, 1)
         return value
+    if not isinstance(value, str):
+        raise RequirementSyntaxError(
+            f"{what}: {value!r} is not a size; write a string such as '24G' (or an integer number of bytes)",
+            str(value), 1, 1,
+        )  # fmt: skip
     try:
         return parse_size(value)
     except UnitError as e:

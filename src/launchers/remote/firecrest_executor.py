@@ -56,6 +56,8 @@ MANTIK_ID = "MANTIK_FIRECREST_CLIENT_ID"
 MANTIK_SECRET = "MANTIK_FIRECREST_CLIENT_SECRET"
 OUTPUTS = ("job.out", "job.err")
 DEFAULT_MAX_OPS = 5 * 1024 * 1024
+#: sbatch errors (in a 500 answer) that mean "not accepted, try again" (slurm-runtime.md §4)
+SLURM_TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "temporarily unable to accept job")
 
 
 def _site_of(launcher: Any) -> FirecrestSite:
@@ -278,6 +280,8 @@ class FirecrestExecutor(Executor):
                                   "the files sent so far)")
 
         def refused_before_processing(e: BaseException) -> bool:
+            if status_of(e) == 500 and any(t in self._message(e) for t in SLURM_TRANSIENT):
+                return True  # sbatch failed to reach the controller: the job was not accepted
             return status_of(e) in (429, 503) or (is_transient(e) and status_of(e) is None)
 
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import hashlib
 import logging
 import os
 import random
@@ -27,8 +28,9 @@ import attrs
 
 from ..connectors.base import CommandResult, Connector
 from ..errors import ConnectorError, LaunchersError, ScriptError, SubmissionError
+from ..fsutil import fsync_dir
 from ..jobs.executor import Executor, StateUpdate
-from ..jobs.record import RC, STDOUT, now_iso, parse_rc
+from ..jobs.record import RC, STDERR, STDOUT, now_iso, parse_rc
 from ..jobs.state import JobState
 from . import parse as P
 from .script import (
@@ -59,6 +61,8 @@ SACCT_GRACE = 120.0
 LOST_AFTER = 600.0
 LOST_POLLS = 3
 FATAL_CONFIRM = 60.0
+#: Margin when comparing the cluster's submit times with our records' (seconds).
+CLOCK_SKEW = 10.0
 MAX_ID_LIST = 32 * 1024
 DEFAULT_MAX_REQUEUES = 3
 #: Test hook: kill this process (SIGKILL) right after sbatch answers, before recording the id.
@@ -216,8 +220,41 @@ class SlurmExecutor(Executor):
         return self._user
 
     def _job_dir(self, job: Job) -> str:
-        """Where the job's files are on the cluster side."""
-        return str(job.directory)
+        """Where the job's files are on the cluster side (the local directory on this machine;
+        under the SSH connector's ``workdir`` otherwise, recorded as ``remote_dir``)."""
+        if self.is_local:
+            return str(job.directory)
+        remote = job.runtime.get("remote_dir") or job.record.extra.get("remote_dir")
+        return str(remote) if remote else str(job.directory)
+
+    async def _prepare_remote(self, job: Job) -> str:
+        """Choose (once) and create the remote job directory, and copy ``params.json`` there."""
+        remote = job.runtime.get("remote_dir") or job.record.extra.get("remote_dir")
+        if not remote:
+            base = str(getattr(getattr(self.connector, "config", None), "workdir", None) or "~/.local/share/launchers")
+            if base.startswith("~"):
+                base = (await self.connector.home()).rstrip("/") + base[1:]
+            root = Path(job.directory).parent.parent.parent
+            tag = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+            remote = f"{base.rstrip('/')}/{root.name}-{tag}/jobs/{job.directory.parent.name}/{job.directory.name}"
+        job.runtime["remote_dir"] = remote
+        await self.connector.mkdir(remote)
+        params = Path(job.directory) / "params.json"
+        if params.exists():
+            await self.connector.write_file(f"{remote}/params.json", params.read_bytes())
+        return str(remote)
+
+    async def _fetch_outputs(self, job: Job) -> None:
+        """Copy a finished remote job's outputs back into the local job directory."""
+        if self.is_local:
+            return
+        remote = self._job_dir(job)
+        for name in (STDOUT, STDERR, RC, "result.json", "result.pickle", "error.json"):
+            try:
+                data = await self.connector.read_file(f"{remote}/{name}", max_bytes=64 * 1024 * 1024)
+            except (FileNotFoundError, OSError, ConnectorError):
+                continue
+            await asyncio.to_thread(_write_synced, str(Path(job.directory) / name), data, None, False)
 
     # -- script ---------------------------------------------------------------------------------
 
@@ -283,12 +320,26 @@ class SlurmExecutor(Executor):
 
     async def submit(self, job: Job) -> None:
         launcher = job.launcher or self.launcher
+        if not self.is_local:
+            await self._prepare_remote(job)
         spec = self.script_spec(job, launcher)
         text = render_script(spec)
+        if not self.is_local:
+            await asyncio.to_thread(_write_synced, str(Path(job.directory) / "job.sh"), text.encode(), 0o755, False)
         directory = self._job_dir(job)
-        await self.connector.write_file(f"{directory}/job.sh", text.encode("utf-8"), mode=0o755)
-        job.apply(StateUpdate(state=JobState.SUBMITTING, detail="sbatch", job_name=spec.job_name, reason=""))
+        # no directory fsync: the SUBMITTING record written next in this directory does it
+        await self._write(f"{directory}/job.sh", text.encode("utf-8"), mode=0o755, sync_dir=False)
+        extra = None if self.is_local else {"remote_dir": directory}
+        await _apply(job, StateUpdate(state=JobState.SUBMITTING, detail="sbatch", job_name=spec.job_name, reason="",
+                                      extra=extra))  # fmt: skip
         await self._submit_loop(job, spec.job_name, directory)
+
+    async def _write(self, path: str, data: bytes, *, mode: int | None = None, sync_dir: bool = True) -> None:
+        """Write a file on the cluster side; local fsyncs run in a worker thread, not the loop."""
+        if self.is_local:
+            await asyncio.to_thread(_write_synced, path, data, mode, sync_dir)
+        else:
+            await self.connector.write_file(path, data, mode=mode)
 
     async def _submit_loop(self, job: Job, name: str, directory: str) -> None:
         deadline = time.monotonic() + RETRY_TOTAL
@@ -341,7 +392,8 @@ class SlurmExecutor(Executor):
         if cluster and not self.cluster:
             self.cluster = cluster
         job.runtime["submitted_mono"] = time.monotonic()
-        job.apply(
+        await _apply(
+            job,
             StateUpdate(
                 state=JobState.PENDING,
                 detail=f"submitted as {native_id}",
@@ -370,32 +422,50 @@ class SlurmExecutor(Executor):
             return
         await self.submit(job)
 
-    async def find_by_name(self, name: str) -> list[str]:
-        """Ids of this user's jobs named ``name`` (squeue, and sacct over 7 days if available)."""
+    async def find_by_name(self, name: str, since: float | None = None) -> list[str]:
+        """Ids of this user's jobs named ``name`` (squeue, and sacct over 7 days if available),
+        oldest first. ``since`` (epoch) drops jobs submitted before it (minus clock skew): the
+        same task in another experiment directory has the same name, but an earlier job."""
         user, _ = await self.user()
-        ids: set[str] = set()
+        found: dict[str, float | None] = {}
         res = await self._run(
-            ["squeue", "--noheader", "--states=all", f"--user={user}", f"--name={name}", "--format=%A",
+            ["squeue", "--noheader", "--states=all", f"--user={user}", f"--name={name}", "--format=%A|%V",
              *self._cluster_args()]
         )  # fmt: skip
         if res.returncode == 0:
-            ids.update(P.parse_id_lines(res.stdout))
+            for line in res.stdout.splitlines():
+                jid, _, submit = line.strip().partition("|")
+                if jid.isdigit():
+                    found[jid] = _parse_time(submit)
         if self._accounting is not False:
             start = (datetime.now() - timedelta(days=7)).strftime("%Y-%m-%dT%H:%M:%S")
             res2 = await self._run(
                 ["sacct", "--noheader", "--parsable2", "--allocations", f"--name={name}", f"--user={user}",
-                 f"--starttime={start}", "--format=JobIDRaw", *self._cluster_args()]
+                 f"--starttime={start}", "--format=JobIDRaw,Submit", *self._cluster_args()]
             )  # fmt: skip
             if res2.returncode == 0:
-                ids.update(P.parse_id_lines(res2.stdout))
+                for line in res2.stdout.splitlines():
+                    jid, _, submit = line.strip().partition("|")
+                    if jid.isdigit():
+                        found.setdefault(jid, _parse_time(submit))
             elif P.sacct_accounting_disabled(res2.returncode, res2.stderr, res2.stdout):
                 self._accounting = False
-        if res.returncode != 0 and not ids:
+        if res.returncode != 0 and not found:
             raise ConnectorError(f"squeue failed: {res.stderr.strip()}")
-        return sorted(ids, key=lambda i: int(i.split("_")[0]))
+        if since is not None:
+            found = {j: t for j, t in found.items() if t is None or t >= since - CLOCK_SKEW}
+        return sorted(found, key=int)
+
+    @staticmethod
+    def _submitting_since(job: Job) -> float | None:
+        """When this attempt's SUBMITTING was recorded (epoch), from the record's history."""
+        for when, state, _detail in reversed(job.record.history):
+            if state == JobState.SUBMITTING.value:
+                return _parse_time(when)
+        return None
 
     async def _adopt_by_name(self, job: Job, name: str) -> bool:
-        ids = await self.find_by_name(name)
+        ids = await self.find_by_name(name, since=self._submitting_since(job))
         if not ids:
             return False
         keep, extra = ids[0], ids[1:]
@@ -777,6 +847,9 @@ class SlurmExecutor(Executor):
             upd = self._from_row(job, row, rcs[job], now) if row else self._gone(job, rcs[job], now)
             if upd is not None:
                 out[job] = upd
+        for job, upd in out.items():
+            if upd.state is not None and upd.state.is_final:
+                await self._fetch_outputs(job)
         if any(u.state is not None and u.state.is_final for u in out.values()):
             self._slot_event().set()
         return out
@@ -861,26 +934,25 @@ class SlurmExecutor(Executor):
         launcher = jobs[0].launcher or self.launcher
         specs = [self.script_spec(job, launcher) for job in jobs]
         for job, spec in zip(jobs, specs, strict=True):
-            await self.connector.write_file(
-                f"{self._job_dir(job)}/job.sh", render_script(spec).encode("utf-8"), mode=0o755
-            )
+            await self._write(f"{self._job_dir(job)}/job.sh", render_script(spec).encode("utf-8"), mode=0o755)
         first = jobs[0]
         workdir = Path(first.directory).parent.parent.parent
         key = f"{specs[0].job_name}-n{len(jobs)}"
         array_dir = str(workdir / "arrays" / key)
         index_file = f"{array_dir}/index"
-        await self.connector.write_file(index_file, index_text([self._job_dir(j) for j in jobs]).encode())
+        await self._write(index_file, index_text([self._job_dir(j) for j in jobs]).encode())
         name = f"array-{key}"
         script = render_array_script(
             ArraySpec(array_dir=array_dir, index_file=index_file, count=len(jobs), job_name=name,
                       template=specs[0], max_parallel=max_parallel)
         )  # fmt: skip
-        await self.connector.write_file(f"{array_dir}/array.sh", script.encode(), mode=0o755)
+        await self._write(f"{array_dir}/array.sh", script.encode(), mode=0o755)
         for job, spec in zip(jobs, specs, strict=True):
             job.apply(StateUpdate(state=JobState.SUBMITTING, detail="sbatch array", job_name=spec.job_name,
                                   extra={"array": {"dir": array_dir, "name": name}}))  # fmt: skip
         deadline = time.monotonic() + RETRY_TOTAL
         delay = RETRY_FIRST
+        array_since = time.time()
         while True:
             try:
                 async with self._semaphore():
@@ -899,7 +971,7 @@ class SlurmExecutor(Executor):
                 return
             if kind == P.TRANSIENT:
                 with contextlib.suppress(Exception):
-                    found = await self.find_by_name(name)
+                    found = await self.find_by_name(name, since=array_since)
                     if found:
                         master, cluster = P.master_id(found[0]), None
                         break
@@ -910,6 +982,32 @@ class SlurmExecutor(Executor):
 
     def __repr__(self) -> str:
         return f"<SlurmExecutor connector={self.connector_name} cluster={self.cluster}>"
+
+
+def _write_synced(path: str, data: bytes, mode: int | None, sync_dir: bool) -> None:
+    """Temporary name, fsync, rename. The directory itself is fsynced by the record write
+    that always follows in the same directory (SUBMITTING), which makes this rename durable."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if mode is not None:
+        os.chmod(tmp, mode)
+    os.replace(tmp, target)
+    if sync_dir:
+        fsync_dir(target.parent)
+
+
+async def _apply(job: Job, update: StateUpdate) -> bool:
+    """``job.apply`` (a fsynced record write) in a worker thread, so the loop keeps going."""
+    return await asyncio.to_thread(job.apply, update)
 
 
 class _AccountingDisabled(Exception):

@@ -1,0 +1,216 @@
+"""Slurm runtime benchmark on the real cluster: submission rate (vs a plain sbatch loop and vs
+submitit 1.5.4), Slurm commands per poll cycle, job end -> ``Job.wait()`` latency, client RSS.
+
+    python benchmarks/slurm.py [--jobs 200] [--submitit-jobs 50] [--track 2000] [--no-submitit]
+
+Uses the cluster of ``$SLURM_CONF`` (default: the sandbox in /tmp/slurm-sandbox). The first
+run creates ``benchmarks/.venv-submitit`` with ``submitit==1.5.4``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VENV = HERE / ".venv-submitit"
+PARTITION = "debug"
+
+
+def sh(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, **kw)  # type: ignore[call-overload,no-any-return]
+
+
+def drain(name: str) -> None:
+    """Cancel every job of this benchmark (by name) and wait until none is pending/running."""
+    subprocess.run(["scancel", f"--name={name}"], capture_output=True)
+    for _ in range(300):
+        out = sh(["squeue", "-h", f"--name={name}", "--states=PENDING,RUNNING,COMPLETING", "-o", "%A"]).stdout
+        if not out.strip():
+            return
+        time.sleep(0.2)
+
+
+def plain_loop(n: int, workdir: Path) -> float:
+    """Seconds for ``n`` x ``sbatch --parsable --wrap true`` in a shell loop."""
+    script = f"for i in $(seq {n}); do sbatch --parsable -p {PARTITION} -J bench-plain -o /dev/null --wrap true >/dev/null || exit 1; done"
+    t0 = time.perf_counter()
+    sh(["bash", "-c", script], cwd=workdir)
+    dt = time.perf_counter() - t0
+    drain("bench-plain")
+    return dt
+
+
+def ensure_submitit() -> Path:
+    py = VENV / "bin" / "python"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "submitit==1.5.4"], check=True)
+    return py
+
+
+SUBMITIT = textwrap.dedent(
+    """
+    import sys, time, submitit
+    n, folder = int(sys.argv[1]), sys.argv[2]
+    ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    ex.update_parameters(slurm_partition="%s", timeout_min=5, name="bench-submitit")
+    t0 = time.perf_counter()
+    for i in range(n):
+        ex.submit(int, i)
+    print(time.perf_counter() - t0)
+    """
+    % PARTITION
+)
+
+
+def submitit_loop(n: int, workdir: Path) -> float:
+    py = ensure_submitit()
+    script = workdir / "submitit_bench.py"
+    script.write_text(SUBMITIT)
+    out = sh([str(py), str(script), str(n), str(workdir / "submitit")]).stdout
+    drain("bench-submitit")
+    return float(out.strip().splitlines()[-1])
+
+
+def ours(n: int, workdir: Path) -> dict[str, float]:
+    """Submit ``n`` tiny jobs through an experiment; submission rate, queries per cycle, latency."""
+    from launchers import SlurmLauncher, command, experiment
+    from launchers.config.model import SlurmGroup
+    from launchers.jobs.state import JobState
+
+    launcher = SlurmLauncher(group=SlurmGroup(id="bench"), options={"partition": PARTITION, "time": "00:05:00"})
+    ex = launcher.executor()
+    t0 = time.perf_counter()
+    with experiment(workdir / "xp", launcher, progress=False):
+        jobs = [command(["true", f"bench-{i}"]).submit() for i in range(n)]
+        while any(j.native_id is None and not j.state.is_final for j in jobs):
+            time.sleep(0.005)
+        submit_s = time.perf_counter() - t0
+        cycles_before = ex.tracker.cycles
+    failed = [j for j in jobs if j.state is not JobState.COMPLETED]
+    queries = ex.commands.get("sacct", 0) + ex.commands.get("squeue", 0)
+    result = {
+        "submit_s": submit_s,
+        "rate": n / submit_s,
+        "failed": float(len(failed)),
+        "poll_cycles": float(ex.tracker.cycles),
+        "slurm_queries": float(queries),
+        "queries_per_cycle": queries / max(1, ex.tracker.cycles),
+        "cycles_while_tracking": float(ex.tracker.cycles - cycles_before),
+    }
+    # job end -> wait() returning: tasks print their end time as their last act
+    code = "import random,time;time.sleep(random.uniform(1,4));print(repr(time.time()),flush=True)"
+    with experiment(workdir / "lat", launcher, progress=False):
+        lat_jobs = [command([sys.executable, "-c", code, str(i)]).submit() for i in range(12)]
+        returned: dict[int, float] = {}
+
+        def waiter(i: int) -> None:
+            lat_jobs[i].wait()
+            returned[i] = time.time()
+
+        threads = [threading.Thread(target=waiter, args=(i,)) for i in range(len(lat_jobs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    lat = []
+    for i, j in enumerate(lat_jobs):
+        lines = [ln for ln in j.stdout_path.read_text().splitlines() if not ln.startswith("====")]
+        lat.append(returned[i] - float(lines[-1]))
+    result["wait_latency_median_s"] = statistics.median(lat)
+    result["wait_latency_max_s"] = max(lat)
+    return result
+
+
+RSS = textwrap.dedent(
+    """
+    import json, resource, sys, time
+    from pathlib import Path
+    from launchers import SlurmLauncher, command, experiment
+    from launchers.config.model import SlurmGroup
+    from launchers.jobs.record import StateRecord, job_directory, now_iso, write_record
+    from launchers.jobs.state import JobState
+    n, root = int(sys.argv[1]), Path(sys.argv[2])
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    L = SlurmLauncher(group=SlurmGroup(id="rss"), options={"partition": "debug"})
+    tasks = [command(["rss-bench", str(i)]) for i in range(n)]
+    for i, t in enumerate(tasks):   # jobs Slurm accepted (recorded ids), as a re-attaching client sees them
+        d = job_directory(root, t.name, t.digest); d.mkdir(parents=True)
+        (d / "params.json").write_text(json.dumps(t.params_json()))
+        write_record(d, StateRecord(task_id=t.task_id, state=JobState.PENDING, native_id=str(900000 + i),
+                                    submitted_at=now_iso(), job_name=t.task_id))
+    with experiment(root, L, progress=False) as xp:
+        jobs = [t.submit() for t in tasks]
+        ex = L.executor()
+        t0 = time.time()
+        while ex.tracker.cycles < 3 and time.time() - t0 < 60:
+            time.sleep(0.2)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(json.dumps({"peak_rss_mib": peak / 1024, "baseline_rss_mib": base / 1024,
+                          "cycles": ex.tracker.cycles, "commands": ex.commands}))
+        xp.cancel()
+        import os; os._exit(0)
+    """
+)
+
+
+def rss(n: int, workdir: Path) -> dict[str, object]:
+    script = workdir / "rss.py"
+    script.write_text(RSS)
+    out = sh([sys.executable, str(script), str(n), str(workdir / "rss")], timeout=300).stdout
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--submitit-jobs", type=int, default=50, help="submitit is slow (0.2 s throttle)")
+    ap.add_argument("--track", type=int, default=2000)
+    ap.add_argument("--no-submitit", action="store_true")
+    ap.add_argument("--json", help="write the numbers to this file")
+    args = ap.parse_args()
+    os.environ.setdefault("SLURM_CONF", "/tmp/slurm-sandbox/etc/slurm.conf")
+    with tempfile.TemporaryDirectory(prefix="bench-slurm-", dir=os.environ.get("CLUSTER_JOBS_DIR")) as tmp:
+        work = Path(tmp)
+        os.chmod(work, 0o777)
+        res: dict[str, object] = {"jobs": args.jobs}
+        plain = plain_loop(args.jobs, work)
+        res["plain_loop_rate"] = args.jobs / plain
+        mine = ours(args.jobs, work)
+        res.update({f"launchers_{k}": v for k, v in mine.items()})
+        res["rate_vs_plain"] = mine["rate"] / res["plain_loop_rate"]  # type: ignore[operator]
+        if not args.no_submitit:
+            st = submitit_loop(args.submitit_jobs, work)
+            res["submitit_rate"] = args.submitit_jobs / st
+            res["rate_vs_submitit"] = mine["rate"] / res["submitit_rate"]  # type: ignore[operator]
+        res["tracking"] = rss(args.track, work)
+    print(f"submission, {args.jobs} jobs: launchers {res['launchers_rate']:.1f} jobs/s, "
+          f"plain sbatch loop {res['plain_loop_rate']:.1f} jobs/s -> ratio {res['rate_vs_plain']:.2f} (target >= 0.80)")  # fmt: skip
+    if "submitit_rate" in res:
+        print(f"submission: submitit 1.5.4 {res['submitit_rate']:.1f} jobs/s -> launchers/submitit "
+              f"{res['rate_vs_submitit']:.1f}x (target >= 3)")  # fmt: skip
+    print(f"tracking {args.jobs} jobs: {res['launchers_slurm_queries']:.0f} Slurm queries in "
+          f"{res['launchers_poll_cycles']:.0f} poll cycles -> {res['launchers_queries_per_cycle']:.2f} per cycle (target 1)")  # fmt: skip
+    print(f"job end -> Job.wait() returns: median {res['launchers_wait_latency_median_s']:.2f} s, "
+          f"max {res['launchers_wait_latency_max_s']:.2f} s (target median < 1 s)")  # fmt: skip
+    tr = res["tracking"]
+    assert isinstance(tr, dict)
+    print(f"client tracking {args.track} jobs: peak RSS {tr['peak_rss_mib']:.0f} MiB "
+          f"(interpreter + launchers before: {tr['baseline_rss_mib']:.0f} MiB), {tr['commands']} in {tr['cycles']} cycles")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,578 @@
+"""The pilot manager (batching.md §3.2, §3.6): publishes tasks in their shape's queue, submits
+pilots through the inner launcher's executor, and reads each task's state from the queue
+directory (one listing per subdirectory per cycle, whatever the number of tasks).
+
+Pilots are ordinary jobs of the inner launcher (their own job directories under
+``<queue>/pilots/<n>/``), tracked by that launcher's tracker: batching adds no scheduler query.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..errors import LaunchersError
+from ..jobs.executor import Executor, StateUpdate
+from ..jobs.record import read_record
+from ..jobs.state import JobState
+from ..jobs.task import KIND_COMMAND, command
+from ..units import format_duration, parse_size, parse_slurm_time
+from . import queue as Q
+from . import runner as R
+from .launcher import BatchLauncher
+
+if TYPE_CHECKING:
+    from ..jobs.job import Job
+    from ..jobs.task import Task
+    from ..launcher import Launcher
+
+log = logging.getLogger("launchers.batch")
+
+MAX_AUTO_SLOTS = 8
+MIN_WALLTIME = 3600.0
+ACTIVE = (JobState.WAITING, JobState.SUBMITTING, JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED)
+
+
+# -- pure pieces --------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Resources:
+    """What one task asks for: cores, memory (bytes, 0 = unset), GPUs; and its declared duration."""
+
+    cpus: int = 1
+    memory: int = 0
+    gpus: int = 0
+    duration: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cpus": self.cpus, "memory": self.memory, "gpus": self.gpus}
+
+
+def task_resources(inner: Launcher) -> Resources:
+    """The resources the inner launcher would request for one task as a job of its own."""
+    options = getattr(inner, "options", None)
+    if options is None:
+        return Resources()
+    memory = 0
+    if getattr(options, "mem", None):
+        try:
+            memory = parse_size(str(options.mem) if not str(options.mem)[-1].isdigit() else f"{options.mem}M")
+        except Exception:
+            memory = 0
+    duration = None
+    if getattr(options, "time", None):
+        seconds = parse_slurm_time(str(options.time))
+        duration = float(seconds) if seconds else None
+    return Resources(
+        cpus=int(getattr(options, "cpus_per_task", None) or 1),
+        memory=memory,
+        gpus=int(getattr(options, "gpus_per_node", None) or 0),
+        duration=duration,
+    )
+
+
+def shape_of(inner: Launcher) -> str:
+    """12 hex digits naming the shape: the inner launcher's target and options without the
+    time limit (tasks of several durations share a pilot), environment included."""
+    args = [a for a in getattr(inner, "sbatch_args", list)() if not a.startswith("--time=")]
+    group = getattr(inner, "group", None)
+    data = {
+        "kind": inner.kind,
+        "group": getattr(group, "label", None),
+        "connector": getattr(inner, "connector", "local"),
+        "options": args,
+        "export": getattr(inner, "export", None),
+        "env": [list(p) for p in (getattr(inner, "env", ()) or ())],
+        "python": getattr(inner, "python", None),
+    }
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def node_capacities(inner: Launcher) -> list[tuple[int, int, int]]:
+    """``(cores, memory, gpus)`` of each node the inner launcher may land on (0 = unknown)."""
+    out = []
+    for host in getattr(inner, "hosts", ()) or ():
+        out.append((int(host.cores or 0), int(host.memory or 0), len(host.gpus or ())))
+    if out:
+        return out
+    group = getattr(inner, "group", None)
+    cpu = getattr(group, "cpu", None)
+    if cpu is not None and not getattr(group, "implicit", False):
+        gpus = sum(int(g.count) for g in getattr(group, "gpus", ()) or ())
+        out.append((int(cpu.cores or 0), int(cpu.memory or 0), gpus))
+    return out
+
+
+def auto_slots(inner: Launcher, res: Resources) -> int:
+    """The largest k <= 8 such that k tasks fit the smallest node matched (1 when unknown)."""
+    best: int | None = None
+    for cores, memory, gpus in node_capacities(inner):
+        limits = []
+        if cores:
+            limits.append(cores // max(1, res.cpus))
+        if memory and res.memory:
+            limits.append(memory // res.memory)
+        if res.gpus:
+            limits.append(gpus // res.gpus)
+        if not limits:
+            continue
+        k = min(limits)
+        best = k if best is None else min(best, k)
+    if best is None:
+        return 1
+    return max(1, min(MAX_AUTO_SLOTS, best))
+
+
+def inner_limit(inner: Launcher) -> float | None:
+    """The inner launcher's time limit (smallest partition/QoS maximum of its nodes)."""
+    limits = [float(h.max_duration) for h in getattr(inner, "hosts", ()) or () if getattr(h, "max_duration", 0)]
+    return min(limits) if limits else None
+
+
+def pilot_walltime(batch: BatchLauncher, longest: float | None) -> float:
+    """``walltime``, else min(inner limit, max(1 h, 2 x longest declared duration))."""
+    if batch.walltime:
+        return float(batch.walltime)
+    want = max(MIN_WALLTIME, 2 * (longest or 0))
+    limit = inner_limit(batch.inner)
+    return min(limit, want) if limit else want
+
+
+def check_fits(batch: BatchLauncher, task_id: str, longest: float | None = None) -> None:
+    """Refuse a task that can never run: its limit plus ``drain_margin`` exceeds the walltime."""
+    res = task_resources(batch.inner)
+    limit = batch.task_timeout or res.duration
+    if not limit:
+        return
+    walltime = pilot_walltime(batch, max(longest or 0, res.duration or 0))
+    if limit + batch.drain_margin > walltime:
+        what = "task_timeout" if batch.task_timeout else "declared duration"
+        raise LaunchersError(
+            f"task {task_id} can never run in a batch pilot: its {what} {format_duration(int(limit))} "
+            f"plus drain_margin {format_duration(int(batch.drain_margin))} exceeds the pilot walltime "
+            f"{format_duration(int(walltime))}"
+        )
+
+
+# -- the executor -------------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class Shape:
+    """One shape's queue and pilots, in this process."""
+
+    key: str
+    queue: Path
+    batch: BatchLauncher
+    pilots: list[Job] = attrs.field(factory=list)
+    longest: float = 0.0
+    jobs: dict[str, Job] = attrs.field(factory=dict)
+    refused_pilot: str | None = None
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _pilot_slurm_launcher(inner: Any, batch: BatchLauncher, res: Resources, slots: int, walltime: float) -> Any:
+    """The inner Slurm launcher resized for ``slots`` tasks and the walltime, warned with USR1."""
+    from ..slurm.launcher import SlurmLauncher
+
+    changes: dict[str, Any] = {"cpus_per_task": res.cpus * slots, "time": int(walltime)}
+    if res.memory:
+        changes["mem"] = f"{-(-res.memory * slots // (1024 * 1024))}M"
+    if res.gpus:
+        changes["gpus_per_node"] = res.gpus * slots
+    launcher = inner.config(**changes)
+    if isinstance(launcher, SlurmLauncher):
+        fields = {f.name: getattr(launcher, f.name) for f in attrs.fields(type(launcher)) if f.init}
+        return PilotSlurmLauncher(**fields, resume_grace=max(1, int(batch.drain_margin)))
+    return launcher
+
+
+def _pilot_class() -> Any:
+    from ..slurm.launcher import SlurmLauncher
+
+    @attrs.frozen(kw_only=True)
+    class _Pilot(SlurmLauncher):
+        """A Slurm launcher for pilots: USR1 ``drain_margin`` before the end, never requeued."""
+
+        max_requeues: int = 0
+        resume_signal: str = "USR1"
+        resume_grace: int = 300
+
+    _Pilot.__name__ = _Pilot.__qualname__ = "PilotSlurmLauncher"
+    return _Pilot
+
+
+PilotSlurmLauncher: Any = _pilot_class()
+
+
+class BatchExecutor(Executor):
+    """Runs the batched jobs of this process (every shape)."""
+
+    kind = "batch"
+    poll_min = 0.5
+    poll_max = 2.0
+
+    def __init__(self) -> None:
+        super().__init__(("batch",))
+        self.shapes: dict[str, Shape] = {}
+        #: pilots submitted by this process (benchmarks and tests read it)
+        self.pilots_submitted = 0
+
+    # -- shapes ---------------------------------------------------------------------------------
+
+    def _shape(self, batch: BatchLauncher, workdir: Path) -> Shape:
+        key = shape_of(batch.inner)
+        queue = (workdir / "batch" / key).absolute()
+        shape = self.shapes.get(str(queue))
+        if shape is None:
+            Q.ensure_queue(queue)
+            shape = Shape(key, queue, batch)
+            self.shapes[str(queue)] = shape
+        return shape
+
+    def validate(self, launcher: Launcher, task: Task) -> None:
+        if not isinstance(launcher, BatchLauncher):
+            raise LaunchersError(f"batch executor: {launcher!r} is not a BatchLauncher")
+        if getattr(launcher.inner, "connector", "local") not in ("local", None):
+            raise LaunchersError(
+                f"batching through connector {launcher.connector!r} is not supported yet: only local "
+                "queues (direct launcher, Slurm on this machine) are"
+            )
+        if launcher.inner.kind not in ("local", "slurm"):
+            raise LaunchersError(f"batching over {launcher.inner.kind} launchers is not supported yet")
+        check_fits(launcher, task.task_id)
+
+    # -- submission -----------------------------------------------------------------------------
+
+    def _entry(self, job: Job, batch: BatchLauncher, res: Resources) -> dict[str, Any]:
+        task = job.task
+        if task is None:
+            raise LaunchersError(f"job {job.task_id}: the task is unknown, cannot queue it")
+        inner = batch.inner
+        group = getattr(inner, "group", None)
+        python = getattr(inner, "python", None) or getattr(group, "python", None) or sys.executable
+        if task.kind == KIND_COMMAND:
+            argv = list(task.target)
+        else:
+            argv = [python, "-m", "launchers.run", str(job.directory)]
+        env: dict[str, str] = {}
+        env.update(dict(getattr(group, "env", ()) or ()))
+        env.update(dict(getattr(inner, "env", ()) or ()))
+        env.update(dict(task.env))
+        return {
+            "id": job.task_id,
+            "name": task.name,
+            "dir": str(job.directory),
+            "argv": argv,
+            "env": env,
+            "cwd": task.cwd,
+            "timeout": batch.task_timeout,
+            "duration": res.duration,
+            "resources": res.to_json(),
+            "attempt": 0,
+            "base_attempt": job.attempt - 1,
+            "max_attempts": batch.max_attempts,
+        }
+
+    async def submit(self, job: Job) -> None:
+        batch = job.launcher
+        if not isinstance(batch, BatchLauncher):
+            raise LaunchersError(f"job {job.task_id}: not submitted through a BatchLauncher")
+        workdir = job.directory.parent.parent.parent
+        shape = self._shape(batch, workdir)
+        res = task_resources(batch.inner)
+        check_fits(batch, job.task_id, shape.longest)
+        entry = self._entry(job, batch, res)
+        Q.clear_previous(shape.queue, job.task_id)
+        for name in ("job.rc", "result.json", "result.pickle", "error.json"):
+            with contextlib.suppress(FileNotFoundError):
+                (job.directory / name).unlink()
+        job.apply(StateUpdate(state=JobState.SUBMITTING, detail="publishing", job_name=job.task_id, reason=""))
+        name = Q.publish(shape.queue, entry)
+        shape.longest = max(shape.longest, res.duration or 0.0, batch.task_timeout or 0.0)
+        shape.jobs[job.task_id] = job
+        job.apply(
+            StateUpdate(
+                state=JobState.PENDING,
+                detail=f"queued in batch {shape.key}",
+                native_id=f"batch:{shape.key}:{job.task_id}",
+                reason=f"queued in batch {shape.key}",
+                extra={"batch": {"queue": str(shape.queue), "shape": shape.key, "pending": name}},
+            )
+        )
+        await self._manage(shape, Q.scan(shape.queue))
+
+    # -- pilots ---------------------------------------------------------------------------------
+
+    def _active(self, shape: Shape) -> list[Job]:
+        return [p for p in shape.pilots if p.state in ACTIVE]
+
+    def _adopt_pilots(self, shape: Shape) -> None:
+        """Pilots submitted by other processes (or an earlier run) that are not final."""
+        from ..jobs.job import Job
+
+        known = {p.directory for p in shape.pilots}
+        root = shape.queue / "pilots"
+        if not root.is_dir():
+            return
+        for d in sorted(root.iterdir()):
+            if d in known or not d.is_dir():
+                continue
+            try:
+                rec = read_record(d)
+            except LaunchersError:
+                continue
+            if rec is None or rec.state.is_final:
+                continue
+            inner = shape.batch.inner
+            executor = inner.executor()
+            pilot = Job(None, d, rec, launcher=inner, executor=executor)
+            # another live process owns it: only observe its state.json
+            pilot.observer = rec.state in (JobState.WAITING, JobState.SUBMITTING) or self._owned_elsewhere(rec)
+            shape.pilots.append(pilot)
+            if not pilot.observer:
+                executor.track(pilot)
+
+    @staticmethod
+    def _owned_elsewhere(rec: Any) -> bool:
+        from ..jobs.proc import ProcessId
+
+        owner = ProcessId.from_json(rec.extra.get("owner"))
+        return owner is not None and owner.pid != os.getpid() and owner.is_alive()
+
+    async def _manage(self, shape: Shape, snap: Q.Snapshot) -> None:
+        """Submit a pilot when tasks are pending and none is PENDING/RUNNING; scale up to
+        ``max_pilots`` when the oldest pending task waited ``scale_after`` while all run."""
+        for pilot in shape.pilots:
+            if pilot.observer:
+                pilot.refresh()
+        if not snap.pending:
+            return
+        active = self._active(shape)
+        batch = shape.batch
+        if active:
+            if len(active) >= batch.max_pilots or any(p.state is not JobState.RUNNING for p in active):
+                return
+            oldest = snap.oldest_seq
+            if oldest is None or time.time() - oldest / 1e9 < batch.scale_after:
+                return
+        with _flock(shape.queue / ".pilots.lock"):
+            self._adopt_pilots(shape)
+            now_active = self._active(shape)
+            if len(now_active) > len(active) or (not active and now_active):
+                return
+            self._submit_pilot(shape)
+
+    def _submit_pilot(self, shape: Shape) -> None:
+        from ..jobs.job import _attach
+
+        batch = shape.batch
+        inner = batch.inner
+        res = task_resources(inner)
+        slots = batch.slots if isinstance(batch.slots, int) else auto_slots(inner, res)
+        walltime = pilot_walltime(batch, shape.longest)
+        root = shape.queue / "pilots"
+        root.mkdir(exist_ok=True)
+        numbers = [int(p.name) for p in root.iterdir() if p.name.isdigit()]
+        n = max(numbers, default=0) + 1
+        python = getattr(inner, "python", None) or sys.executable
+        argv = [
+            python, str(shape.queue / Q.RUNNER_FILE), "--queue", str(shape.queue), "--slots", str(slots),
+            "--walltime", f"{walltime:g}", "--linger", f"{batch.linger:g}",
+            "--drain-margin", f"{batch.drain_margin:g}", "--kill-grace", f"{batch.kill_grace:g}",
+        ]
+        task = command(argv, name=f"lxpilot-{shape.key}-{n}", cwd=str(shape.queue), resumable=inner.kind == "slurm")
+        if inner.kind == "slurm":
+            launcher = _pilot_slurm_launcher(inner, batch, res, slots, walltime)
+        else:
+            launcher = inner
+        directory = root / str(n)
+        pilot = _attach(task, directory, launcher, launcher.executor(), force=False, rerun_failed=False)
+        shape.pilots.append(pilot)
+        self.pilots_submitted += 1
+        log.info("batch %s: pilot %d submitted (%d slots, walltime %s)", shape.key, n, slots,
+                 format_duration(int(walltime)))
+
+    # -- tracking -------------------------------------------------------------------------------
+
+    def _shape_of_job(self, job: Job) -> Shape | None:
+        info = job.record.extra.get("batch") or {}
+        queue = info.get("queue")
+        if not queue:
+            return None
+        shape = self.shapes.get(queue)
+        if shape is None and isinstance(job.launcher, BatchLauncher):
+            shape = Shape(str(info.get("shape")), Path(queue), job.launcher)
+            self.shapes[queue] = shape
+        if shape is not None:
+            shape.jobs.setdefault(job.task_id, job)
+        return shape
+
+    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+        by_shape: dict[str, list[Job]] = {}
+        for job in jobs:
+            shape = self._shape_of_job(job)
+            if shape is not None:
+                by_shape.setdefault(str(shape.queue), []).append(job)
+        out: dict[Job, StateUpdate] = {}
+        for key, shape in list(self.shapes.items()):
+            mine = by_shape.get(key, [])
+            snap = Q.scan(shape.queue)
+            final_pilots = [p.native_id for p in shape.pilots if p.state.is_final and p.native_id]
+            if snap.running and final_pilots:
+                moved = Q.recover(shape.queue, final_natives=final_pilots)
+                if moved:
+                    log.warning("batch %s: re-queued %s (their pilot ended)", shape.key, ", ".join(moved))
+                    snap = Q.scan(shape.queue)
+            for job in mine:
+                update = self._update(shape, snap, job)
+                if update is not None:
+                    out[job] = update
+            if mine or snap.pending:
+                self._fail_if_pilot_refused(shape, snap, mine, out)
+                await self._manage(shape, snap)
+        return out
+
+    def _fail_if_pilot_refused(self, shape: Shape, snap: Q.Snapshot, mine: list[Job], out: dict[Job, StateUpdate]) -> None:
+        """A pilot refused at submission (no id): this process's pending tasks fail with its message."""
+        refused = [p for p in shape.pilots if p.state is JobState.FAILED and not p.native_id]
+        if not refused or self._active(shape):
+            return
+        reason = f"the batch pilot could not be submitted: {refused[-1].reason}"
+        for job in mine:
+            name = snap.pending.get(job.task_id)
+            if name and Q.cancel_pending(shape.queue, name, job.task_id):
+                out[job] = StateUpdate(state=JobState.FAILED, detail="pilot refused", reason=reason)
+        shape.pilots = [p for p in shape.pilots if p not in refused]
+
+    def _update(self, shape: Shape, snap: Q.Snapshot, job: Job) -> StateUpdate | None:
+        tid = job.task_id
+        if tid in snap.done:
+            done = Q.read_done(shape.queue, tid)
+            if done is None:
+                return None
+            return self._final(job, done)
+        if tid in snap.running:
+            if job.state is JobState.RUNNING and job.record.extra.get("pilot"):
+                return None
+            entry = Q.read_running(shape.queue, tid) or {}
+            pilot = self._pilot_native(shape, str(entry.get("runner", "")))
+            return StateUpdate(
+                state=JobState.RUNNING,
+                detail=f"claimed by runner {entry.get('runner')}",
+                reason="",
+                extra={"pilot": pilot, "runner": entry.get("runner"), "batch_attempt": entry.get("attempt")},
+            )
+        if tid in snap.pending and job.state is JobState.RUNNING:
+            return StateUpdate(state=JobState.PENDING, detail="re-queued", reason="re-queued: its runner was lost")
+        return None
+
+    def _pilot_native(self, shape: Shape, runner: str) -> str | None:
+        entry = R.read_entry(str(shape.queue / R.RUNNERS / f"{runner}.json")) or {}
+        native = entry.get("native_id")
+        return str(native) if native is not None else None
+
+    def _final(self, job: Job, done: Mapping[str, Any]) -> StateUpdate:
+        name = str(done.get("state") or "CANCELLED")
+        try:
+            state = JobState[name]
+        except KeyError:
+            state = JobState.FAILED
+        if not state.is_final:
+            state = JobState.FAILED
+        reason = done.get("reason")
+        if state is JobState.CANCELLED:
+            reason = "cancelled on request"
+        return StateUpdate(
+            state=state,
+            detail="batch done",
+            reason=reason or "",
+            exit_code=done.get("rc"),
+            signal=done.get("signal"),
+            started_at=done.get("start"),
+            ended_at=done.get("end"),
+            extra={"pilot": done.get("native_id"), "runner": done.get("runner"),
+                   "batch_attempt": done.get("attempt")},
+        )
+
+    # -- cancel ---------------------------------------------------------------------------------
+
+    async def cancel(self, jobs: Sequence[Job]) -> None:
+        for job in jobs:
+            info = job.record.extra.get("batch") or {}
+            queue = info.get("queue")
+            if not queue:
+                job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancelled before publication",
+                                      reason="cancelled on request"))
+                continue
+            if Q.cancel_task(queue, job.task_id) == "cancelled":
+                job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancelled while queued",
+                                      reason="cancelled on request"))
+
+    async def cancel_launcher(self, batch: BatchLauncher) -> None:
+        """Cancel every pilot of ``batch``'s shapes (one request) and its unclaimed tasks."""
+        for shape in self.shapes.values():
+            if shape.batch.inner != batch.inner:
+                continue
+            for pilot in self._active(shape):
+                pilot.cancel()
+            snap = Q.scan(shape.queue)
+            for tid, name in snap.pending.items():
+                job = shape.jobs.get(tid)
+                if Q.cancel_pending(shape.queue, name, tid) and job is not None:
+                    job.apply(StateUpdate(state=JobState.CANCELLED, detail="batch cancelled",
+                                          reason="cancelled on request"))
+
+
+_executor: BatchExecutor | None = None
+
+
+def create_executor(launcher: Launcher) -> BatchExecutor:
+    """The process's batch executor."""
+    global _executor
+    if _executor is None:
+        _executor = BatchExecutor()
+    return _executor
+
+
+def executor_key(launcher: Launcher) -> tuple[str]:
+    """One batch executor per process (shapes are kept apart inside it)."""
+    return ("batch",)
+
+
+def executor_from_record(info: Mapping[str, Any], record: object) -> BatchExecutor:
+    """The executor that cancels a batched job known only from its record."""
+    return create_executor(None)  # type: ignore[arg-type]
+
+
+__all__ = [
+    "BatchExecutor",
+    "Resources",
+    "auto_slots",
+    "check_fits",
+    "pilot_walltime",
+    "shape_of",
+    "task_resources",
+]

@@ -1,0 +1,133 @@
+"""``launchers run`` end to end (remote-sites.md §3.4): ``-r`` choosing among groups of any
+kind, ``--no-follow``, and Ctrl-C (detach, or cancel with ``--cancel-on-interrupt``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launchers.cli.main import main
+from remote_fixtures import (  # noqa: F401 - fixtures
+    FIRECREST_ID,
+    FIRECREST_SECRET,
+    FIRECREST_USER,
+    firecrest_server_fixture,
+    make_project,
+)
+from servers.common import query_jobs
+from servers.firecrest import FirecrestServer
+
+pytestmark = pytest.mark.slurm
+
+YAML = """\
+slurm:
+  - id: here
+    partitions:
+      debug: {{configuration: {{cpu: {{cores: 8, memory: 16G}}, max_duration: 1h}}}}
+firecrest:
+  - id: fc
+    weight: {weight}
+    site: {{api_url: "{api}", token_url: "{token}", machine: cluster}}
+    environment: {{Variables: {{WHERE: "on-firecrest"}}}}
+    partitions:
+      debug: {{configuration: {{cpu: {{cores: 8, memory: 16G}}, max_duration: 1h}}}}
+"""
+
+
+def config(tmp_path: Path, server: FirecrestServer, weight: int) -> Path:
+    cfg = tmp_path / "launchers.yaml"
+    cfg.write_text(YAML.format(api=server.api_url, token=server.token_url, weight=weight))
+    return cfg
+
+
+def test_requirement_picks_the_firecrest_group(firecrest_server: FirecrestServer, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    monkeypatch.setenv("TRAIN_SLEEP", "0")
+    proj = make_project(tmp_path)
+    (proj / "MLproject").write_text((proj / "MLproject").read_text() + '  where:\n    command: "echo $WHERE"\n')
+    rc = main(["run", str(proj), "-e", "where", "-r", "cpu(cores=1) & duration=5m",
+               "--config", str(config(tmp_path, firecrest_server, 10)), "--workdir", str(tmp_path / "runs")])
+    out, err = capfdbinary.readouterr()
+    assert rc == 0, err.decode()
+    assert b"on-firecrest" in out
+    assert len(firecrest_server.jobs) == 1
+
+
+def test_requirement_picks_the_slurm_group(firecrest_server: FirecrestServer, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """A slurm group wins: the task runs in the project directory through the Slurm executor."""
+    monkeypatch.setenv("TRAIN_SLEEP", "0")
+    proj = make_project(tmp_path)
+    rc = main(["run", str(proj), "-P", "lr=7", "-r", "cpu(cores=1) & duration=5m",
+               "--config", str(config(tmp_path, firecrest_server, -10)), "--workdir", str(tmp_path / "runs")])
+    out, err = capfdbinary.readouterr()
+    assert rc == 0, err.decode()
+    assert f"lr=7 data=hello-data cwd={proj.resolve()}".encode() in out
+    assert firecrest_server.jobs == {}
+
+
+def test_no_follow_returns_after_submission(firecrest_server: FirecrestServer, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    from launchers.jobs.job import registered_job
+
+    monkeypatch.setenv("TRAIN_SLEEP", "6")
+    proj = make_project(tmp_path)
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text(f"Firecrest: {{ApiUrl: '{firecrest_server.api_url}', TokenUrl: '{firecrest_server.token_url}', "
+                   "Machine: cluster}\nResources: {Queue: debug}\n")
+    rc = main(["run", str(proj), "--backend-config", str(cfg), "--no-follow", "--workdir", str(tmp_path / "runs")])
+    err = capfdbinary.readouterr()[1].decode()
+    assert rc == 0, err
+    assert "launchers cancel" in err
+    (job_dir,) = list((tmp_path / "runs" / "jobs").glob("*/*"))
+    job = registered_job(job_dir.absolute())
+    assert job is not None and job.native_id is not None
+    assert not job.state.is_final  # returned once submitted, not at the end
+    assert job.wait(90).value == "COMPLETED"
+
+
+def _interrupt(server: FirecrestServer, tmp_path: Path, *extra: str) -> tuple[int, str, str]:
+    proj = make_project(tmp_path)
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text(f"Firecrest: {{ApiUrl: '{server.api_url}', TokenUrl: '{server.token_url}', "
+                   "Machine: cluster}\nResources: {Queue: debug}\n")
+    env = dict(os.environ, LAUNCHERS_FIRECREST_CLIENT_ID=FIRECREST_ID,
+               LAUNCHERS_FIRECREST_CLIENT_SECRET=FIRECREST_SECRET)
+    proc = subprocess.Popen([sys.executable, "-m", "launchers", "run", str(proj), "--backend-config", str(cfg),
+                             "--workdir", str(tmp_path / "runs"), *extra], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # the job's first line: it is running
+    if b"lr=" not in line:
+        proc.kill()
+        pytest.fail(f"the run printed no output: {proc.communicate()[1].decode()}")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=90)
+    return proc.returncode, (line + out).decode(), err.decode()
+
+
+def test_ctrl_c_detaches(firecrest_server: FirecrestServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAIN_SLEEP", "20")
+    rc, _, err = _interrupt(firecrest_server, tmp_path)
+    assert rc == 130, err
+    assert "launchers status " in err and "launchers cancel " in err
+    (jid,) = firecrest_server.jobs
+    assert query_jobs([jid])[jid]["state"] == "RUNNING"  # detached: still running
+
+
+def test_ctrl_c_cancels_with_cancel_on_interrupt(firecrest_server: FirecrestServer, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAIN_SLEEP", "20")
+    rc, _, err = _interrupt(firecrest_server, tmp_path, "--cancel-on-interrupt")
+    assert rc == 130, err
+    assert "cancelling run" in err
+    (jid,) = firecrest_server.jobs
+    assert query_jobs([jid])[jid]["state"].startswith("CANCELLED")
