@@ -116,6 +116,20 @@ def test_fatal_pending_reason_unrunnable(cluster: dict[str, str], tmp_path: Path
     assert "CANCELLED" in st
 
 
+def test_submit_limit_waits_then_submits(cluster: dict[str, str], tmp_path: Path) -> None:
+    """A QoS allowing 2 submitted jobs per user: the others wait (WAITING), then go in."""
+    qos = "lnch_submit2"
+    subprocess.run(["sacctmgr", "-i", "add", "qos", qos, "MaxSubmitJobsPerUser=2"], capture_output=True)
+    subprocess.run(["sacctmgr", "-i", "modify", "user", "root", "set", f"qos+={qos}"], capture_output=True)
+    L = make_launcher().config(qos=qos)
+    with experiment(tmp_path, L):
+        jobs = [command(["sh", "-c", f"sleep 1; echo {i}"]).submit() for i in range(4)]
+    assert [j.state for j in jobs] == [JobState.COMPLETED] * 4
+    held = [j for j in jobs if any(h[1] == "WAITING" and h[2] == "submit limit" for h in j.record.history)]
+    assert held, "no job was held by the submit limit"
+    assert len({j.native_id for j in jobs}) == 4
+
+
 def fabricate(workdir: Path, argv: list[str], native_id: str, *, rc: dict[str, Any] | None) -> Path:
     """A job directory as a crashed client would leave it: PENDING with an id Slurm forgot."""
     task = command(argv)

@@ -362,6 +362,15 @@ def test_s2_builders_defaults() -> None:
     assert duration(3600).duration == 3600
 
 
+@pytest.mark.parametrize("bad", [2.5, "24", "x", [1], -1])
+def test_s2_builders_reject_bad_sizes(bad: Any) -> None:
+    # §1 "A size without a unit is an error" / "Never a `TypeError`": builders too
+    with pytest.raises(RequirementSyntaxError):
+        cpu(mem=bad)
+    with pytest.raises(RequirementSyntaxError):
+        cuda_gpu(mem=bad)
+
+
 def test_s2_operators() -> None:
     # "Operators `&`, `|`, `*`."
     r = duration("4 days") & cuda_gpu(mem="24G") * 2 & cpu(mem="400M", cores=4) | cuda_gpu(mem="12G") * 4
@@ -448,6 +457,23 @@ def test_s2_string_and_python_give_the_same_answers(tmp_path: Path) -> None:
     a = find(tmp_path, BASIC, text)
     b = find(tmp_path, BASIC, value)
     assert a.sbatch_args() == b.sbatch_args() and a.alternative == b.alternative
+
+
+_SIZES = st.sampled_from(["512M", "1G", "1.5G", "24GiB", "10GB", "3000MB", "7K", "100B"])
+_ATOM = st.one_of(
+    st.builds(lambda m, c: cpu(mem=m, cores=c), st.none() | _SIZES, st.integers(1, 64)),
+    st.builds(lambda m, n: cuda_gpu(mem=m) * n, st.none() | _SIZES, st.integers(1, 8)),
+    st.builds(duration, st.sampled_from(["90s", "1.5h", "4 days", "2w", "59 minutes"])),
+)
+_ALT = st.lists(_ATOM, min_size=1, max_size=4).map(lambda xs: __import__("functools").reduce(lambda a, b: a & b, xs))
+_REQ = st.lists(_ALT, min_size=1, max_size=3).map(lambda xs: __import__("functools").reduce(lambda a, b: a | b, xs))
+
+
+@settings(max_examples=150, deadline=None)
+@given(_REQ)
+def test_s2_text_form_round_trips(value: Any) -> None:
+    # "A string and the equivalent Python expression give the same answers everywhere."
+    assert parse(str(value)).requirements == value.requirements
 
 
 # =============================================================================== §3
@@ -1192,6 +1218,24 @@ def test_s4_no_configuration_implicit_local(tmp_path: Path) -> None:
     assert out[:4] == ["local True", "None", "None", "syntax"]
 
 
+def test_s4_implicit_local_reads_nvidia_smi(tmp_path: Path) -> None:
+    # "there is one implicit local launcher describing this machine (cores, memory, GPUs found by
+    # `nvidia-smi` if present)" (a stand-in nvidia-smi answering the documented CSV query)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA A100-SXM4-80GB, 81920'\necho 'NVIDIA A100-SXM4-80GB, 81920'\n")
+    smi.chmod(0o755)
+    code = """
+    import launchers
+    print(launchers.find_launcher("cuda(mem=80G)*2").kind)
+    print(launchers.find_launcher("cuda()*3", default=None))
+    print(launchers.find_launcher("cuda(mem=81G)", default=None))
+    """
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    assert in_process(code, tmp_path / "home", {"PATH": path}).split() == ["local", "None", "None"]
+
+
 @pytest.mark.parametrize("content", ["", "\n# nothing\n", "local: []\nslurm: []\n", "local: []\n"])
 def test_s7_empty_file_is_no_configuration(tmp_path: Path, content: str) -> None:
     # §7 "An existing file that is empty, or holds only empty lists, counts as no configuration."
@@ -1287,6 +1331,15 @@ def test_s5_5_default(tmp_path: Path) -> None:
     assert find(tmp_path, BASIC, "cuda(mem=1T)", default=None) is None
     sentinel = object()
     assert find(tmp_path, BASIC, "cuda(mem=1T)", default=sentinel) is sentinel
+
+
+def test_s5_5_default_does_not_hide_errors(tmp_path: Path) -> None:
+    # "`find_launcher(..., default=None)` returns the default instead of raising" (only when nothing
+    # is found: a syntax or configuration error still raises)
+    with pytest.raises(RequirementSyntaxError):
+        find(tmp_path, BASIC, "cuda(mem=24)", default=None)
+    with pytest.raises(ConfigurationError):
+        find(tmp_path, "slurm:\n  - id: s\n    partitons: {}\n", "cpu()", default=None)
 
 
 def test_s5_5_explain_cli(tmp_path: Path) -> None:
@@ -1525,6 +1578,55 @@ def test_s5_soundness_drops_partitions(tmp_path: Path) -> None:
     # p1 (X) is best; p2 with clause X|Y would admit b2 (X, 2 cores): p2 must go
     assert launcher.options.partition == "p1"
     assert launcher.options.constraint == "X"
+
+
+def test_s5_soundness_drops_clauses_before_excluding(tmp_path: Path) -> None:
+    # "drop partitions or clauses (never the best candidate's) until it does not." / §7 "If
+    # soundness cannot be reached by dropping partitions or clauses ..., exclude"
+    text = """
+    slurm:
+      - id: s
+        partitions:
+          p:
+            priority: 1
+            nodes:
+              - {hosts: [px], features: [X], configuration: {cpu: {cores: 16}}}
+              - {hosts: [py], features: [Y], configuration: {cpu: {cores: 2}}}
+          q:
+            nodes:
+              - {hosts: [qy], features: [Y], configuration: {cpu: {cores: 16}}}
+    """
+    # q's clause Y would admit py (2 cores) in the best partition: drop it, do not exclude py
+    launcher = find(tmp_path, text, "cpu(cores=8)")
+    assert launcher.options.partition == "p"
+    assert launcher.options.constraint == "X"
+    assert launcher.options.exclude is None
+
+
+def test_s5_exclude_covers_every_listed_partition(tmp_path: Path) -> None:
+    # "with `use_features: false` and `use_hosts: true`, `--exclude` lists the hosts of the listed
+    # partitions that did not match"
+    text = """
+    slurm:
+      - id: s
+        use_features: false
+        partitions:
+          p:
+            nodes:
+              - {hosts: [p1], features: [F], configuration: {cpu: {cores: 16}}}
+              - {hosts: [p2], features: [F], configuration: {cpu: {cores: 2}}}
+          r:
+            nodes:
+              - {hosts: [r1], configuration: {cpu: {cores: 16}}}
+              - {hosts: [r2, r3], configuration: {cpu: {cores: 2}}}
+          z:
+            nodes:
+              - {hosts: [z1], configuration: {cpu: {cores: 2}}}
+    """
+    launcher = find(tmp_path, text, "cpu(cores=8)")
+    assert launcher.options.partition == "p,r"
+    assert launcher.options.constraint is None
+    assert sorted(launcher.options.exclude.split(",")) == ["p2", "r2", "r3"]
 
 
 def test_s5_mem_rounded_up_in_mib(tmp_path: Path) -> None:

@@ -454,7 +454,7 @@ class Runner:
         self, entry: dict[str, Any], rc: int | None, sig: int | None, start: str, state: str,
         reason: str | None = None,
     ) -> None:
-        summary = {"state": state, "rc": rc, "signal": sig, "start": start, "end": now_iso(),
+        summary = {"state": state, "rc": rc, "signal": sig, "start": start, "end": now_iso(), "end_time": time.time(),
                    "runner": self.runner_id, "attempt": entry.get("attempt"), "native_id": self.native_id,
                    "host": self.host}
         if reason:

@@ -144,7 +144,8 @@ def load_config(config: Any = None) -> LaunchersConfig:
     path, sidecars = files[0], files[1:]
     signature = tuple(_stat(p) for p in files)
     if signature[0] is None:  # the file went away since it was resolved
-        _RESOLVED.pop(raw, None)
+        if raw is not None:
+            _RESOLVED.pop(raw, None)
         find_config_file(config)  # raises the clear "does not exist" error
     with _CACHE_LOCK:
         hit = _CACHE.get(path)

@@ -470,7 +470,8 @@ class SSHConnector(Connector):
         }
         if c.identity_file:
             keys = []
-            for f in c.identity_file:
+            files = (c.identity_file,) if isinstance(c.identity_file, str) else c.identity_file
+            for f in files:
                 path = os.path.expanduser(f)
                 if not os.path.isfile(path):
                     raise ConfigurationError(

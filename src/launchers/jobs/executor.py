@@ -28,6 +28,14 @@ Design note (read this before writing an executor)
   tracker then changes nothing, logs the outage once, and backs off. Interval: ``poll_min``
   after a change, x1.5 per quiet cycle up to ``poll_max``. When ``fast_interval`` is set,
   ``fast_poll(jobs)`` (cheap, e.g. reading ``job.rc``) also runs at that period.
+* ``validate(launcher, task)`` runs synchronously in ``task.submit`` before anything is
+  recorded: raise a ``LaunchersError`` for a job that could never run (e.g. n > N tokens).
+* Jobs known only from disk (``launchers cancel``): the kind's module may define
+  ``executor_from_record(launcher_info, record)``; ``executor_for_record(record)`` uses it.
+* Several processes may follow one job: the one that recorded it (``owner`` in the record)
+  submits; others are observers until it is submitted. Before a final state is written, the
+  ``Job`` re-reads ``state.json``: a final state recorded elsewhere wins, and a
+  ``cancel_requested`` mark turns a failure into ``CANCELLED``.
 * Cancel: ``job.cancel()`` marks ``job.cancel_requested`` and queues the job in its tracker;
   each cycle the tracker makes ONE ``cancel(jobs)`` call with every queued job. A job still
   ``WAITING`` in the executor must be dropped by ``cancel`` and reported ``CANCELLED`` at once.

@@ -296,6 +296,17 @@ class FirecrestExecutor(Executor):
             return found
         return str(result["jobId"])
 
+    async def reconcile(self, job: Job) -> None:
+        """A job found SUBMITTING after a crash: adopt the job of its name, else submit."""
+        name = job.record.job_name
+        found = await asyncio.to_thread(self._find_by_name, name) if name else None
+        if found is None:
+            await self.submit(job)
+            return
+        log.warning("%s: adopting firecREST job %s found by its name %s", job.task_id, found, name)
+        job.apply(StateUpdate(state=JobState.PENDING, detail="adopted by name after a restart", native_id=found,
+                              extra={"firecrest_submitted": time.time()}))
+
     def _find_by_name(self, name: str) -> str | None:
         try:
             jobs = self._call("firecREST jobs", lambda c: c.job_info(self.site.machine, name=name), tries=3)

@@ -191,6 +191,12 @@ class SlurmExecutor(Executor):
             self._slot_freed = asyncio.Event()
         return self._slot_freed
 
+    def _signal_slot(self) -> None:
+        """A job of ours left the queue: wake the jobs held by a submit limit (once)."""
+        event, self._slot_freed = self._slot_freed, None
+        if event is not None:
+            event.set()
+
     def _cluster_args(self, cluster: str | None = None) -> list[str]:
         c = cluster or self.cluster
         return [f"--clusters={c}"] if c else []
@@ -553,7 +559,7 @@ class SlurmExecutor(Executor):
                 job.runtime["rc_woke"] = True
                 self.tracker.wake()
         if out:
-            self._slot_event().set()
+            self._signal_slot()
         return out
 
     # -- tracking (§5) --------------------------------------------------------------------------
@@ -600,7 +606,7 @@ class SlurmExecutor(Executor):
                     if upd is not None:
                         out[job] = upd
         if any(u.state is not None and u.state.is_final for u in out.values()):
-            self._slot_event().set()
+            self._signal_slot()
         return out
 
     async def _query(self, jobs: Sequence[Job]) -> tuple[dict[str, Row], str]:
@@ -851,7 +857,7 @@ class SlurmExecutor(Executor):
             if upd.state is not None and upd.state.is_final:
                 await self._fetch_outputs(job)
         if any(u.state is not None and u.state.is_final for u in out.values()):
-            self._slot_event().set()
+            self._signal_slot()
         return out
 
     # -- cancel (§7) ----------------------------------------------------------------------------
