@@ -10,7 +10,13 @@ import pytest
 
 import test_jobs_tasks as tt
 from launchers.batch import queue as Q
-from launchers.batch.executor import BatchExecutor, auto_slots, pilot_walltime, shape_of, task_resources
+from launchers.batch.executor import (
+    BatchExecutor,
+    auto_slots,
+    pilot_walltime,
+    shape_of,
+    task_resources,
+)
 from launchers.batch.launcher import BatchLauncher
 from launchers.config.model import CPUConfig, LocalGroup
 from launchers.errors import ConfigurationError, ExperimentFailed, LaunchersError
@@ -144,3 +150,23 @@ def test_timeout_through_batch(tmp_path: Path) -> None:
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", b):
         j = command(["sleep", "30"], name="slow").submit()
         assert j.wait(20) is JobState.TIMEOUT
+
+
+def test_cancel_the_batch_launcher(tmp_path: Path) -> None:
+    b = batch(slots=1, kill_grace=1, linger=30)
+    ex = executor()
+    with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", b):
+        jobs = [command(["sleep", "30"], name=f"c{i}").submit() for i in range(3)]
+        deadline = time.monotonic() + 20
+        while jobs[0].state is not JobState.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        b.cancel()
+        for j in jobs:
+            assert j.wait(20) is JobState.CANCELLED
+        assert time.monotonic() - t0 < 10
+    queue = Path(jobs[0].record.extra["batch"]["queue"])
+    pilots = [p for s in ex.shapes.values() if s.queue == queue for p in s.pilots]
+    assert len(pilots) == 1
+    assert pilots[0].wait(20).is_final and pilots[0].state is JobState.CANCELLED
+    assert all(Q.read_done(queue, j.task_id)["state"] == "CANCELLED" for j in jobs)  # type: ignore[index]

@@ -32,7 +32,7 @@ def done(queue: Path, task_id: str) -> dict[str, Any]:
     return value
 
 
-def wait_for(pred: Any, timeout: float = 10.0) -> None:
+def wait_for(pred: Any, timeout: float = 20.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if pred():
@@ -175,10 +175,10 @@ def test_sigkill_mid_task_gives_attempt_two(tmp_path: Path) -> None:
 
 def test_stale_heartbeat_is_recovered_by_next_runner(tmp_path: Path) -> None:
     queue = Q.ensure_queue(tmp_path / "q")
-    Q.publish(queue, entry(tmp_path, "s", ["true"]))
+    Q.publish(queue, entry(tmp_path, "s2", ["sh", "-c", "[ $LAUNCHERS_ATTEMPT != 1 ] || exec sleep 30"], seq=1))
     a = start_runner(queue, "--linger", "30", "--runner-id", "A", "--slots", "1")
-    Q.publish(queue, entry(tmp_path, "s2", ["sh", "-c", "[ $LAUNCHERS_ATTEMPT != 1 ] || sleep 30"], seq=1))
-    wait_for(lambda: "s2" in Q.scan(queue).running)
+    wait_for(lambda: "s2" in Q.scan(queue).running, timeout=30)
+    Q.publish(queue, entry(tmp_path, "s", ["true"]))
     a.kill()
     a.wait()
     old = time.time() - 100

@@ -89,8 +89,11 @@ def test_cancelled_pilot_tasks_reclaimed(cluster: dict[str, str], tmp_path: Path
             command(["sh", "-c", 'if [ "$LAUNCHERS_ATTEMPT" = 1 ]; then sleep 60; fi; echo ok'], name=f"s{i}").submit()
             for i in range(2)
         ]
-        queue = Path(jobs[0].record.extra["batch"]["queue"])
         deadline = time.monotonic() + 60
+        while "batch" not in jobs[0].record.extra:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        queue = Path(jobs[0].record.extra["batch"]["queue"])
         while not ({j.task_id for j in jobs} <= Q.scan(queue).running and jobs[0].pilot):
             assert time.monotonic() < deadline, "the tasks never ran"
             time.sleep(0.1)
@@ -135,3 +138,23 @@ def test_two_submitters_one_pilot_each_task_once(cluster: dict[str, str], tmp_pa
     shapes = os.listdir(tmp_path / "batch")
     assert len(shapes) == 1
     assert os.listdir(tmp_path / "batch" / shapes[0] / "pilots") == ["1"]
+
+
+def test_gpus_split_between_slots(cluster: dict[str, str], tmp_path: Path) -> None:
+    gpu = SlurmLauncher(group=SlurmGroup(id="sb"),
+                        options={"partition": "gpu", "gpus_per_node": 1, "cpus_per_task": 1, "mem": "256M"})  # fmt: skip
+    batch = gpu.batched(slots=2, linger=1, walltime="10m", drain_margin="1m")
+    with experiment(tmp_path, batch):
+        jobs = [command(["sh", "-c", 'echo "gpu=$CUDA_VISIBLE_DEVICES"; sleep 1'], name=f"g{i}").submit() for i in range(2)]
+    seen = sorted(j.stdout_path.read_text().splitlines()[1] for j in jobs)
+    assert seen == ["gpu=0", "gpu=1"]
+
+
+def test_refused_pilot_fails_the_tasks_with_sbatch_message(cluster: dict[str, str], tmp_path: Path) -> None:
+    bad = SlurmLauncher(group=SlurmGroup(id="sb"), options={"partition": "nosuchpartition", "cpus_per_task": 1})
+    batch = bad.batched(slots=2, linger=1, walltime="10m", drain_margin="1m")
+    with pytest.raises(Exception, match="did not complete"), experiment(tmp_path, batch):
+        job = command(["true"], name="never").submit()
+    assert job.state is JobState.FAILED
+    assert "the batch pilot could not be submitted" in (job.reason or "")
+    assert "partition" in (job.reason or "").lower()

@@ -1,5 +1,11 @@
 """firecREST v2 executor and ``launchers run`` against the loopback server on the real Slurm
-(remote-sites.md §3.3, §4.2, §5), with the real pyfirecrest client."""
+(remote-sites.md §3.3, §4.2, §5), with the real pyfirecrest client.
+
+Where the client and §4.2 differ, the client wins and the server follows it: pyfirecrest 3.10
+sends ``allusers=false`` on every jobs query and ``dereference=false`` on ``ops/stat`` (not in
+§4.2's table; the server accepts and ignores them), and its ``view()`` has no ``offset``/``size``
+(the executor sends that request itself through the client's session and token).
+"""
 
 from __future__ import annotations
 
@@ -40,10 +46,11 @@ def run_dir(server: FirecrestServer, workdir: Path) -> Path:
     return runs[0]
 
 
-def test_run_mlproject_end_to_end(firecrest_server: FirecrestServer, tmp_path: Path,
+def test_run_mlproject_end_to_end(firecrest_server: FirecrestServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                   capfdbinary: pytest.CaptureFixture[bytes], caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     server = firecrest_server
+    monkeypatch.setenv("TRAIN_SLEEP", "2.5")  # outlives the first token (62 s, renewed 60 s early)
     proj = make_project(tmp_path)
     workdir = tmp_path / "runs"
     t0 = time.monotonic()
@@ -102,7 +109,7 @@ def test_rate_limit_and_bursts_are_retried(firecrest_server: FirecrestServer, tm
     server.faults.rate_limited = 1
     proj2 = tmp_path / "p2"
     make_project(proj2)
-    assert run(proj2 / "project", backend(tmp_path, server), tmp_path / "runs2") == 0
+    assert run(proj2 / "project", backend(tmp_path, server), tmp_path / "runs2") == 0, capfdbinary.readouterr()[1].decode()
     assert server.faults.status_counts.get(429) == 3
 
 
@@ -199,3 +206,60 @@ def test_experiment_with_find_launcher_firecrest_group(firecrest_server: Firecre
     run_sync(job.executor.cancel([job]), timeout=30)
     assert server.faults.status_counts.get(500) == 1
     assert job.state.value == "COMPLETED"
+
+
+def test_local_apptainer_image_is_uploaded(firecrest_server: FirecrestServer, tmp_path: Path,
+                                           capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """The local image goes to the run directory's root (even if excluded); this machine has no
+    apptainer, so srun fails (exit code 2) and that is the run's exit status."""
+    server = firecrest_server
+    proj = make_project(tmp_path)
+    (tmp_path / "image.sif").write_bytes(b"SIF" * 1000)
+    cfg = backend(tmp_path, server, "")
+    cfg.write_text(cfg.read_text().replace("Environment:\n", "Environment:\n  Apptainer: {Path: ../image.sif}\n"))
+    rc = run(proj, cfg, tmp_path / "runs")
+    err = capfdbinary.readouterr()[1].decode()
+    assert rc == 2, err
+    assert "apptainer: No such file or directory" in err and "the command failed with exit code 2" in err
+    remote = run_dir(server, tmp_path / "runs")
+    assert (remote / "image.sif").read_bytes() == b"SIF" * 1000
+    assert "apptainer" in (remote / "job.sh").read_text()
+
+
+def test_reconcile_after_a_crash_adopts_the_named_job(firecrest_server: FirecrestServer, tmp_path: Path) -> None:
+    """A record left SUBMITTING adopts the job found by its unique name (no second submission)."""
+    from launchers import command, experiment
+    from launchers.config.model import FirecrestGroup, FirecrestSite, Position
+    from launchers.jobs import job as job_module
+    from launchers.jobs.record import read_record, write_record
+    from launchers.jobs.state import JobState
+    from launchers.remote.firecrest import FirecrestLauncher
+
+    server = firecrest_server
+    site = FirecrestSite(api_url=server.api_url, token_url=server.token_url, machine=server.machine)
+    launcher = FirecrestLauncher(group=FirecrestGroup(id="fc", site=site, position=Position("launchers.yaml", 1)),
+                                 options={"partition": "debug"})
+    task = command(["echo", "once"])
+    with experiment(tmp_path / "xp", launcher):
+        first = task.submit()
+    assert first.state is JobState.COMPLETED and len(server.jobs) == 1
+    record = read_record(first.directory)
+    assert record is not None and record.job_name
+    write_record(first.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None))
+    job_module._jobs.pop(first.directory, None)
+    with experiment(tmp_path / "xp", launcher):
+        again = task.submit()
+    assert again.state is JobState.COMPLETED and again.native_id == first.native_id
+    assert len(server.jobs) == 1
+
+
+def test_unset_credentials_fail_before_anything_is_recorded(firecrest_server: FirecrestServer, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    monkeypatch.delenv("LAUNCHERS_FIRECREST_CLIENT_SECRET")
+    rc = run(make_project(tmp_path), backend(tmp_path, firecrest_server), tmp_path / "runs")
+    err = capfdbinary.readouterr()[1].decode()
+    assert rc == 2
+    assert "set the environment variable LAUNCHERS_FIRECREST_CLIENT_SECRET or MANTIK_FIRECREST_CLIENT_SECRET" in err
+    assert not (tmp_path / "runs" / "jobs").exists() or not list((tmp_path / "runs" / "jobs").rglob("state.json"))
+    assert firecrest_server.requests == []

@@ -19,7 +19,7 @@ from remote_fixtures import (  # noqa: F401 - fixtures
     firecrest_server_fixture,
     make_project,
 )
-from servers.common import query_jobs
+from servers.common import query_jobs, slurm_final
 from servers.firecrest import FirecrestServer
 
 pytestmark = pytest.mark.slurm
@@ -48,7 +48,6 @@ def config(tmp_path: Path, server: FirecrestServer, weight: int) -> Path:
 def test_requirement_picks_the_firecrest_group(firecrest_server: FirecrestServer, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch,
                                                capfdbinary: pytest.CaptureFixture[bytes]) -> None:
-    monkeypatch.setenv("TRAIN_SLEEP", "0")
     proj = make_project(tmp_path)
     (proj / "MLproject").write_text((proj / "MLproject").read_text() + '  where:\n    command: "echo $WHERE"\n')
     rc = main(["run", str(proj), "-e", "where", "-r", "cpu(cores=1) & duration=5m",
@@ -63,7 +62,6 @@ def test_requirement_picks_the_slurm_group(firecrest_server: FirecrestServer, tm
                                            monkeypatch: pytest.MonkeyPatch,
                                            capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     """A slurm group wins: the task runs in the project directory through the Slurm executor."""
-    monkeypatch.setenv("TRAIN_SLEEP", "0")
     proj = make_project(tmp_path)
     rc = main(["run", str(proj), "-P", "lr=7", "-r", "cpu(cores=1) & duration=5m",
                "--config", str(config(tmp_path, firecrest_server, -10)), "--workdir", str(tmp_path / "runs")])
@@ -78,7 +76,7 @@ def test_no_follow_returns_after_submission(firecrest_server: FirecrestServer, t
                                             capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     from launchers.jobs.job import registered_job
 
-    monkeypatch.setenv("TRAIN_SLEEP", "6")
+    monkeypatch.setenv("TRAIN_SLEEP", "4")
     proj = make_project(tmp_path)
     cfg = tmp_path / "b.yaml"
     cfg.write_text(f"Firecrest: {{ApiUrl: '{firecrest_server.api_url}', TokenUrl: '{firecrest_server.token_url}', "
@@ -120,7 +118,11 @@ def test_ctrl_c_detaches(firecrest_server: FirecrestServer, tmp_path: Path, monk
     assert rc == 130, err
     assert "launchers status " in err and "launchers cancel " in err
     (jid,) = firecrest_server.jobs
-    assert query_jobs([jid])[jid]["state"] == "RUNNING"  # detached: still running
+    assert not slurm_final(query_jobs([jid])[jid]["state"])  # detached: still there
+    # the printed cancel command works from another process (the executor comes from the record)
+    job_dir = err.split("launchers cancel ")[1].split()[0]
+    assert main(["cancel", job_dir]) == 0
+    assert query_jobs([jid])[jid]["state"].startswith("CANCELLED")
 
 
 def test_ctrl_c_cancels_with_cancel_on_interrupt(firecrest_server: FirecrestServer, tmp_path: Path,
@@ -131,3 +133,42 @@ def test_ctrl_c_cancels_with_cancel_on_interrupt(firecrest_server: FirecrestServ
     assert "cancelling run" in err
     (jid,) = firecrest_server.jobs
     assert query_jobs([jid])[jid]["state"].startswith("CANCELLED")
+
+
+def test_http_helpers() -> None:
+    """Retry-After as seconds or an HTTP date; transient statuses; secrets redacted."""
+    import httpx
+
+    from launchers.remote.http import (
+        backoff,
+        is_transient,
+        redact,
+        retry_after_of,
+        status_of,
+        with_retries,
+    )
+    from servers.firecrest import http_date
+
+    def error(code: int, **headers: str) -> httpx.HTTPStatusError:
+        req = httpx.Request("GET", "http://x/")
+        return httpx.HTTPStatusError("boom", request=req, response=httpx.Response(code, headers=headers, request=req))
+
+    assert status_of(error(503)) == 503 and is_transient(error(503)) and not is_transient(error(404))
+    assert status_of(httpx.HTTPError("432 Server Error: expired for url: http://x")) == 432
+    assert retry_after_of(error(429, **{"Retry-After": "3"})) == 3.0
+    assert 0.0 <= (retry_after_of(error(429, **{"Retry-After": http_date(5)})) or 0) <= 6.0
+    assert all(0.4 <= backoff(0) <= 0.6 for _ in range(50)) and backoff(20) <= 12.0
+    assert redact("user:s3cret-pw at x", ["s3cret-pw"]) == "user:*** at x"
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise error(502)
+        return "ok"
+
+    assert with_retries(flaky, "test") == "ok" and len(calls) == 3
+    from launchers.errors import ConnectorError
+
+    with pytest.raises(ConnectorError, match=r"gave up after 2 tries"):
+        with_retries(lambda: (_ for _ in ()).throw(error(503)), "always 503", tries=2)

@@ -1,5 +1,12 @@
 """UNICORE executor and ``launchers run`` against the loopback UNICORE server on the real Slurm
-(remote-sites.md §3.2, §4.1), with the real pyunicore client."""
+(remote-sites.md §3.2, §4.1), with the real pyunicore client.
+
+Client facts the server follows: pyunicore 2.0 sends ``Accept``/``Content-Type:
+application/json`` on every request (``Accept: application/octet-stream`` for downloads and
+``Range: bytes=A-B`` from ``raw()``), re-sends a request once without the session after a 432
+with the same body (so a streamed upload would be sent empty: the executor uploads from memory),
+and raises ``httpx.HTTPError("NNN Server Error: ...")`` with the status only in the message.
+"""
 
 from __future__ import annotations
 
@@ -128,7 +135,6 @@ def test_mantik_variables_for_a_standalone_config(unicore_server: UnicoreServer,
     monkeypatch.delenv("LAUNCHERS_UNICORE_PASSWORD")
     monkeypatch.setenv("MANTIK_UNICORE_USERNAME", UNICORE_USER)
     monkeypatch.setenv("MANTIK_UNICORE_PASSWORD", UNICORE_PASSWORD)
-    monkeypatch.setenv("TRAIN_SLEEP", "0")
     assert run(make_project(tmp_path), backend(tmp_path, unicore_server), tmp_path / "runs") == 0
 
 
@@ -158,3 +164,66 @@ def test_many_jobs_status_in_flight_is_bounded(unicore_server: UnicoreServer, tm
     assert len(xp.jobs) == 13
     assert jobs[5].stdout_path.read_text().strip().endswith("job 5")
     assert server.max_job_gets_in_flight <= 8
+
+
+def test_bearer_token_and_callables_refused(unicore_server: UnicoreServer, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auth: bearer`` sends ``token_env``; a ``@task`` function cannot run at a remote site."""
+    from launchers import command, experiment
+    from launchers.config.model import Position, UnicoreGroup, UnicoreSite
+    from launchers.errors import TaskError
+    from launchers.remote.unicore import UnicoreLauncher
+
+    server = unicore_server
+    server.tokens["tok-abc-123"] = "alice"
+    monkeypatch.setenv("UC_TOKEN", "tok-abc-123")
+    site = UnicoreSite(url=server.base_url, auth="bearer", token_env="UC_TOKEN")
+    launcher = UnicoreLauncher(group=UnicoreGroup(id="uc", site=site, position=Position("launchers.yaml", 1)),
+                               options={"partition": "debug"})
+    with experiment(tmp_path / "xp", launcher):
+        job = command(["echo", "it's a token"]).submit()
+        with pytest.raises(TaskError, match="runs commands only"):
+            launcher_task().submit()
+    assert job.state.value == "COMPLETED"
+    assert job.stdout_path.read_text().strip().endswith("it's a token")
+    assert "tok-abc-123" not in all_text(tmp_path / "xp")
+
+
+def launcher_task() -> object:
+    from launchers import task
+
+    return task(_remote_noop)()
+
+
+def _remote_noop() -> int:
+    return 1
+
+
+def test_reconcile_after_a_crash_adopts_the_tagged_job(unicore_server: UnicoreServer, tmp_path: Path) -> None:
+    """A record left SUBMITTING (crash between record and reply) adopts the UNICORE job tagged
+    with its run id instead of submitting a second one."""
+    from launchers import command, experiment
+    from launchers.config.model import Position, UnicoreGroup, UnicoreSite
+    from launchers.jobs import job as job_module
+    from launchers.jobs.record import read_record, write_record
+    from launchers.jobs.state import JobState
+    from launchers.remote.unicore import UnicoreLauncher
+
+    server = unicore_server
+    site = UnicoreSite(url=server.base_url)
+    launcher = UnicoreLauncher(group=UnicoreGroup(id="uc", site=site, position=Position("launchers.yaml", 1)),
+                               options={"partition": "debug"})
+    task = command(["echo", "once"])
+    with experiment(tmp_path / "xp", launcher):
+        first = task.submit()
+    assert first.state is JobState.COMPLETED and len(server.jobs) == 1
+    record = read_record(first.directory)
+    assert record is not None
+    write_record(first.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None,
+                                                    extra={"unicore_url": None}))
+    job_module._jobs.pop(first.directory, None)  # a new process would not know the job
+    with experiment(tmp_path / "xp", launcher):
+        again = task.submit()
+    assert again is not first and again.state is JobState.COMPLETED
+    assert len(server.jobs) == 1  # adopted, not submitted twice
+    assert any("adopted by tag" in h[2] for h in again.record.history)

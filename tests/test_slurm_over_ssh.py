@@ -70,7 +70,11 @@ def executor_commands() -> dict[str, int]:
 
 def test_submit_poll_cancel_and_read_outputs(clean: dict[str, str], tmp_path: Path) -> None:
     info = clean
-    conf = write_config(tmp_path, info, int(info["CLUSTER_SSH_PORT"]), info["CLUSTER_SSH_KNOWN_HOSTS"])
+    remote_root = tmp_path / "remote"
+    conf = write_config(
+        tmp_path, info, int(info["CLUSTER_SSH_PORT"]), info["CLUSTER_SSH_KNOWN_HOSTS"],
+        workdir=str(remote_root),
+    )
     L = launcher(conf)
     t0 = time.monotonic()
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "exp", L):
@@ -92,10 +96,13 @@ def test_submit_poll_cancel_and_read_outputs(clean: dict[str, str], tmp_path: Pa
     # one SSH connection for the whole run; outputs readable over SFTP
     conn = registry.get_connector("cluster", load_config(conf))
     assert isinstance(conn, SSHConnector) and conn.connections_opened == 1
-    out = run_sync(conn.read_file(f"{ok.directory}/job.out"))
+    remote = str(ok.record.extra.get("remote_dir") or ok.directory)
+    assert remote.startswith(str(remote_root))  # job directories live under the connector's workdir
+    out = run_sync(conn.read_file(f"{remote}/job.out"))
     assert b"hello over 'ssh'" in out
-    err = run_sync(conn.read_file(f"{ok.directory}/job.err"))
+    err = run_sync(conn.read_file(f"{remote}/job.err"))
     assert b"warn" in err
+    assert "hello over 'ssh'" in ok.stdout_path.read_text()  # fetched back into the local directory
 
 
 def test_job_tracked_across_an_sshd_outage(clean: dict[str, str], tmp_path: Path) -> None:
@@ -105,7 +112,10 @@ def test_job_tracked_across_an_sshd_outage(clean: dict[str, str], tmp_path: Path
     kh.write_text(f"[127.0.0.1]:{OWN_SSHD_PORT} {host_key_line(info)}\n")
     server.start()
     try:
-        conf = write_config(tmp_path, info, OWN_SSHD_PORT, str(kh), keepalive_interval="1s", command_timeout="10s")
+        conf = write_config(
+            tmp_path, info, OWN_SSHD_PORT, str(kh), keepalive_interval="1s", command_timeout="10s",
+            workdir=str(tmp_path / "remote"),
+        )
         L = launcher(conf)
         with experiment(tmp_path / "exp", L):
             job = command(["sleep", "4"]).submit()

@@ -128,6 +128,12 @@ def test_submit_limit_waits_then_submits(cluster: dict[str, str], tmp_path: Path
     held = [j for j in jobs if any(h[1] == "WAITING" and h[2] == "submit limit" for h in j.record.history)]
     assert held, "no job was held by the submit limit"
     assert len({j.native_id for j in jobs}) == 4
+    # an array larger than the allowance is split until it fits, the rest waits
+    with experiment(tmp_path / "arr", L):
+        elements = sx.submit_array(L, [command(["sh", "-c", f"sleep 1; echo e{i}"]) for i in range(5)])
+    assert [j.state for j in elements] == [JobState.COMPLETED] * 5
+    assert len({j.native_id for j in elements}) == 5
+    assert len({(j.native_id or "").split("_")[0] for j in elements}) >= 3
 
 
 def fabricate(workdir: Path, argv: list[str], native_id: str, *, rc: dict[str, Any] | None) -> Path:

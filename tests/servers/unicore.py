@@ -203,7 +203,9 @@ class UnicoreServer(LoopbackServer):
         if rest == "/jobs" and req.method == "POST":
             return self.submit(req, user)
         if rest == "/jobs" and req.method == "GET":
-            return Response(200, {"jobs": [self.base_url + "/jobs/" + j for j in self.jobs]})
+            tags = [t for t in req.query.get("tags", "").split(",") if t]
+            jobs = [j for j in self.jobs.values() if j.owner == user and all(t in j.desc.get("Tags", []) for t in tags)]
+            return Response(200, {"jobs": [self.base_url + "/jobs/" + j.id for j in jobs]})
         m = re.fullmatch(r"/jobs/([\w-]+)(/actions/(start|abort|restart))?", rest)
         if m:
             job = self.jobs.get(m.group(1))

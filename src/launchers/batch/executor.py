@@ -231,8 +231,9 @@ class BatchExecutor(Executor):
     """Runs the batched jobs of this process (every shape)."""
 
     kind = "batch"
-    poll_min = 0.5
-    poll_max = 2.0
+    #: reading the queue directory is cheap (local listings): follow it closely
+    poll_min = 0.25
+    poll_max = 1.0
 
     def __init__(self) -> None:
         super().__init__(("batch",))
@@ -323,6 +324,23 @@ class BatchExecutor(Executor):
             )
         )
         await self._manage(shape, Q.scan(shape.queue))
+
+    async def reconcile(self, job: Job) -> None:
+        """A record left in SUBMITTING (crash around publication): adopt the entry when the
+        queue has it (pending, running or done), publish only when it does not."""
+        batch = job.launcher
+        if not isinstance(batch, BatchLauncher):
+            raise LaunchersError(f"job {job.task_id}: not submitted through a BatchLauncher")
+        shape = self._shape(batch, job.directory.parent.parent.parent)
+        snap = Q.scan(shape.queue)
+        tid = job.task_id
+        if tid not in snap.pending and tid not in snap.running and tid not in snap.done:
+            await self.submit(job)
+            return
+        shape.jobs[tid] = job
+        info = {"queue": str(shape.queue), "shape": shape.key, "pending": snap.pending.get(tid, "")}
+        job.apply(StateUpdate(state=JobState.PENDING, detail="adopted after a crash",
+                              native_id=f"batch:{shape.key}:{tid}", extra={"batch": info}))
 
     # -- pilots ---------------------------------------------------------------------------------
 
@@ -441,7 +459,7 @@ class BatchExecutor(Executor):
             mine = by_shape.get(key, [])
             snap = Q.scan(shape.queue)
             final_pilots = [p.native_id for p in shape.pilots if p.state.is_final and p.native_id]
-            if snap.running and final_pilots:
+            if snap.running:  # lost runners: pilot final, or heartbeat older than lost_after
                 moved = Q.recover(shape.queue, final_natives=final_pilots)
                 if moved:
                     log.warning("batch %s: re-queued %s (their pilot ended)", shape.key, ", ".join(moved))
@@ -451,21 +469,26 @@ class BatchExecutor(Executor):
                 if update is not None:
                     out[job] = update
             if mine or snap.pending:
-                self._fail_if_pilot_refused(shape, snap, mine, out)
+                if self._fail_if_pilot_refused(shape, snap, mine, out):
+                    snap = Q.scan(shape.queue)
                 await self._manage(shape, snap)
         return out
 
-    def _fail_if_pilot_refused(self, shape: Shape, snap: Q.Snapshot, mine: list[Job], out: dict[Job, StateUpdate]) -> None:
-        """A pilot refused at submission (no id): this process's pending tasks fail with its message."""
+    def _fail_if_pilot_refused(self, shape: Shape, snap: Q.Snapshot, mine: list[Job], out: dict[Job, StateUpdate]) -> bool:
+        """A pilot refused at submission (no id): this process's pending tasks fail with its
+        message (no retry loop against a request the scheduler refuses). True if any failed."""
         refused = [p for p in shape.pilots if p.state is JobState.FAILED and not p.native_id]
         if not refused or self._active(shape):
-            return
+            return False
         reason = f"the batch pilot could not be submitted: {refused[-1].reason}"
+        failed = False
         for job in mine:
             name = snap.pending.get(job.task_id)
             if name and Q.cancel_pending(shape.queue, name, job.task_id):
                 out[job] = StateUpdate(state=JobState.FAILED, detail="pilot refused", reason=reason)
+                failed = True
         shape.pilots = [p for p in shape.pilots if p not in refused]
+        return failed
 
     def _update(self, shape: Shape, snap: Q.Snapshot, job: Job) -> StateUpdate | None:
         tid = job.task_id
@@ -544,6 +567,12 @@ class BatchExecutor(Executor):
                 if Q.cancel_pending(shape.queue, name, tid) and job is not None:
                     job.apply(StateUpdate(state=JobState.CANCELLED, detail="batch cancelled",
                                           reason="cancelled on request"))
+            for tid in snap.running:
+                # killed with their pilot: never re-queued for another one
+                Q.request_cancel(shape.queue, tid)
+                job = shape.jobs.get(tid)
+                if job is not None:
+                    job.cancel_requested = True
 
 
 _executor: BatchExecutor | None = None

@@ -94,8 +94,8 @@ def read_entry(path: str) -> dict[str, Any] | None:
 
 
 def pending_name(seq: int, task_id: str) -> str:
-    """``<seq>-<task id>.json``: ``seq`` (submit time in ns) zero-padded so names sort FIFO."""
-    return "%020d-%s.json" % (int(seq), task_id)
+    """``<seq>-<task id>.json``: ``seq`` is the submit time in ns (readers sort by it: FIFO)."""
+    return "%d-%s.json" % (int(seq), task_id)
 
 
 def split_pending(name: str) -> tuple[int, str] | None:
@@ -141,6 +141,10 @@ def requeue(queue: str, task_id: str, why: str) -> bool:
     entry = read_entry(src)
     if entry is None:
         return False
+    if os.path.exists(os.path.join(queue, CANCEL, task_id)):
+        # a cancel was asked meanwhile: end it instead of running it again
+        return finish_entry(queue, task_id, {"state": "CANCELLED", "reason": "cancelled on request",
+                                             "rc": None, "signal": None, "end": now_iso()})
     dst = os.path.join(queue, PENDING, pending_name(entry.get("seq", 0), task_id))
     try:
         os.rename(src, dst)
@@ -234,6 +238,11 @@ def claim(queue: str, name: str, runner: str, now_wall: float) -> dict[str, Any]
     attempt = int(entry.get("attempt", 0)) + 1
     max_attempts = int(entry.get("max_attempts", 3))
     entry.update(runner=runner, attempt=attempt, claimed_at=now_wall)
+    if os.path.exists(os.path.join(queue, CANCEL, task_id)):
+        write_json(dst, entry)
+        finish_entry(queue, task_id, {"state": "CANCELLED", "reason": "cancelled on request", "rc": None,
+                                      "signal": None, "start": None, "end": now_iso()})
+        return "gave-up"
     if attempt > max_attempts:
         reason = GAVE_UP.format(n=attempt - 1)
         write_json(dst, entry)
@@ -348,7 +357,8 @@ class Runner:
     def claim_some(self) -> bool:
         """Claim oldest-first while slots are free; set ``stop_claiming`` when nothing fits."""
         free = self.slots - len(self.running)
-        names = sorted(n for n in listing(self.queue, PENDING) if split_pending(n))
+        names = sorted((n for n in listing(self.queue, PENDING) if split_pending(n)),
+                       key=lambda n: split_pending(n) or (0, n))
         if not names:
             return False
         now = time.time()
@@ -527,7 +537,7 @@ class Runner:
             self.signal_task(run, signal.SIGKILL)
             run.popen.wait()
             if self.still_mine(task_id, run.entry):
-                requeue(self.queue, task_id, "runner %s was stopped" % self.runner_id)
+                requeue(self.queue, task_id, "runner %s lost" % self.runner_id)
         self.running.clear()
         self.heartbeat()
 

@@ -315,6 +315,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
 
 #: Older spellings still accepted: section -> {alias: key}.
 ALIASES: dict[str, dict[str, str]] = {
+    "local": {"disable": "disabled"},  # experimaestro 1.5.7's DirectLauncherConfiguration.disable
     "slurm": {"use_memory_contraint": "use_memory_constraint"},
     "unicore": {"use_memory_contraint": "use_memory_constraint"},
     "firecrest": {"use_memory_contraint": "use_memory_constraint"},

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -93,18 +94,30 @@ def find_config_file(config: str | os.PathLike[str] | None = None) -> Path | Non
 # ------------------------------------------------------------------------------------------
 # Public entry points
 # ------------------------------------------------------------------------------------------
-_Signature = tuple[tuple[int, int] | None, ...]
+_Signature = tuple[tuple[int, int, int] | None, ...]
 _CACHE: dict[Path, tuple[_Signature, LaunchersConfig]] = {}
 _CACHE_LOCK = threading.Lock()
 _RESOLVED: dict[str, tuple[Path, Path, Path]] = {}
 
 
-def _stat(path: Path) -> tuple[int, int] | None:
+#: A file modified less than this long ago is also compared by content: on kernels with
+#: coarse timestamps two writes in one clock tick keep mtime (and often the size).
+_RACY_NS = 2_000_000_000
+
+
+def _stat(path: Path) -> tuple[int, int, int] | None:
     try:
         st = path.stat()
     except OSError:
         return None
-    return (st.st_mtime_ns, st.st_size)
+    digest = 0
+    if time.time_ns() - st.st_mtime_ns < _RACY_NS:
+        try:
+            with open(path, "rb") as f:  # a check, not a read of the configuration
+                digest = hash(f.read()) or 1
+        except OSError:
+            pass
+    return (st.st_mtime_ns, st.st_size, digest)
 
 
 def _read_text(path: Path) -> str:

@@ -547,7 +547,7 @@ def _sbatch_checker() -> Callable[..., Any] | None:
 
 def _is_zero(raw: object) -> bool:
     """A bare 0 means "none" in every unit (finder.md §4: an explicit 0 does override)."""
-    return type(raw) is int and raw == 0 or (isinstance(raw, str) and raw.strip() == "0")
+    return (type(raw) is int and raw == 0) or (isinstance(raw, str) and raw.strip() == "0")
 
 
 @lru_cache(maxsize=4096)

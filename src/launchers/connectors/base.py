@@ -62,5 +62,5 @@ class Connector(abc.ABC):
         res = await self.run(["sh", "-c", 'printf %s "$HOME"'])
         return res.stdout
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release the transport (connections, channels)."""

@@ -179,7 +179,7 @@ def _returncode(status: int | None, sig: tuple[str, bool, str, str] | None) -> i
             return -int(signal.Signals["SIG" + sig[0]])
         except KeyError:
             return -1
-    return 255
+    return 255  # like ssh(1) when no status came back (run() raises before this)
 
 
 # --------------------------------------------------------------------------- host keys
@@ -617,6 +617,12 @@ class SSHConnector(Connector):
             except BaseException:
                 proc.close()
                 raise
+        if proc.exit_status is None and proc.exit_signal is None:
+            # the channel ended without an exit status: the connection dropped under it
+            raise ConnectorError(
+                f"connector {self.name}: command {shown!r} failed in transit: the channel "
+                f"closed without an exit status (connection lost: {conn.is_closed()})"
+            )
         _, err_clean = split_pid_marker(bytes(err))
         return CommandResult(
             returncode=_returncode(proc.exit_status, proc.exit_signal),

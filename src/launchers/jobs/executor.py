@@ -47,6 +47,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import importlib
+import json
 import logging
 import threading
 from collections.abc import Hashable, Mapping, Sequence
@@ -282,7 +283,10 @@ def executor_for_record(record: StateRecord) -> Executor:
         factory = _slurm_from_record
     if factory is None:
         raise LaunchersError(f"job {record.task_id}: launchers of kind {kind!r} cannot be driven from a record")
-    key = ("record", kind, info.get("connector"), record.cluster)
+    # Remote kinds keep their site in the record: jobs on two sites need two executors.
+    site = record.extra.get(f"{kind}_site") if isinstance(record.extra, Mapping) else None
+    site_key = json.dumps(site, sort_keys=True, default=str) if site is not None else None
+    key = ("record", kind, info.get("connector"), record.cluster, site_key)
     with _registry_lock:
         executor = _executors.get(key)
         if executor is None:

@@ -303,7 +303,7 @@ class Job:
                 message += f"\nlast lines of {self.paths.stderr}:\n{tail}"
             raise JobFailedError(
                 message,
-                state=state.value,
+                state=state,  # a JobState (a str): compares equal to its name too
                 exit_code=rec.exit_code,
                 signal=rec.signal,
                 reason=rec.reason,

@@ -146,11 +146,11 @@ class _Build(Transformer[Token, RequirementUnion]):
             return HostRequirement(duration, CPURequest(memory, cores), gpus)
         value = children[0]
         for c in children[1:]:
-            value = value & c
-            if len(value.requirements) > MAX_ALTERNATIVES:
+            if len(value.requirements) * len(c.requirements) > MAX_ALTERNATIVES:
                 raise _Fail(
                     f"more than {MAX_ALTERNATIVES} alternatives after distributing '&'", None
                 )
+            value = value & c
         for alt in value.requirements:
             if len(alt.cuda_gpus) > MAX_GPUS:
                 raise _Fail(f"more than {MAX_GPUS} GPUs in one alternative", None)
@@ -167,8 +167,8 @@ class _Build(Transformer[Token, RequirementUnion]):
             raise _Fail(
                 f"*{count}: the GPU count must be at least 1", count, ("a count such as 2",)
             )
-        if n > MAX_GPUS:
-            raise _Fail(f"*{count}: at most {MAX_GPUS} GPUs", count)
+        if n * max(len(alt.cuda_gpus) for alt in value.requirements) > MAX_GPUS:
+            raise _Fail(f"*{count}: at most {MAX_GPUS} GPUs in one alternative", count)
         if not _gpus_only(value):
             raise _Fail(
                 "'*N' repeats GPUs: it must follow cuda(...) (or a parenthesized group of "

@@ -57,8 +57,25 @@ def _size_text(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
+class Items(tuple):
+    """An immutable sequence that also equals a list of the same items: finder.md §2 calls
+    ``.cuda_gpus`` and ``.requirements`` lists, so ``alt.cuda_gpus == []`` must hold."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            return tuple(self) == tuple(other)
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = tuple.__hash__
+
+
 def _gpu_tuple(gpus: Iterable[GPURequest]) -> tuple[GPURequest, ...]:
-    return tuple(gpus)
+    return gpus if type(gpus) is Items else Items(gpus)
 
 
 @attrs.frozen
@@ -72,7 +89,7 @@ class HostRequirement:
     @property
     def requirements(self) -> tuple[HostRequirement, ...]:
         """The alternatives, for code that treats every requirement as a union."""
-        return (self,)
+        return Items((self,))
 
     def as_union(self) -> RequirementUnion:
         return RequirementUnion((self,))
@@ -125,7 +142,7 @@ class HostRequirement:
 
 
 def _alternative_tuple(alternatives: Iterable[HostRequirement]) -> tuple[HostRequirement, ...]:
-    return tuple(alternatives)
+    return alternatives if type(alternatives) is Items else Items(alternatives)
 
 
 @attrs.frozen

@@ -31,6 +31,7 @@ from ..jobs.state import JobState
 from ..slurm.states import UnknownStateWarner, cancel_reason, map_state
 from ..units import format_size
 from .http import (
+    TRANSIENT_STATUS,
     attached_payload,
     check_task,
     is_transient,
@@ -95,6 +96,16 @@ def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> Firecr
     fields = ("api_url", "token_url", "machine", "client_id_env", "client_secret_env", "workdir", "verify_tls")
     site = FirecrestSite(**{k: v for k, v in data.items() if k in fields})
     return FirecrestExecutor(site, mantik=bool(data.get("mantik")), key=("record-firecrest", site.api_url, site.machine))
+
+
+def firecrest_transient(error: BaseException) -> bool:
+    """Worth retrying here: pyfirecrest already waited out 429s (10 times, ``Retry-After``), so
+    an API 429 that reaches us is final for this call; the token endpoint's 429/5xx are retried."""
+    from firecrest.FirecrestException import ClientsCredentialsException
+
+    if isinstance(error, ClientsCredentialsException):
+        return status_of(error) in TRANSIENT_STATUS
+    return is_transient(error) and status_of(error) != 429
 
 
 def _auth_class() -> Any:
@@ -164,7 +175,7 @@ class FirecrestExecutor(Executor):
                 self._client = client
             return self._client
 
-    def _call(self, what: str, fn: Any, *, tries: int = 8, transient: Any = is_transient) -> Any:
+    def _call(self, what: str, fn: Any, *, tries: int = 8, transient: Any = firecrest_transient) -> Any:
         """``fn(client)`` with retries on transient failures; errors become ``LaunchersError``s."""
         from firecrest.FirecrestException import ClientsCredentialsException
 
@@ -226,7 +237,12 @@ class FirecrestExecutor(Executor):
     # -- submission ------------------------------------------------------------------------------
 
     def validate(self, launcher: Launcher, task: Task) -> None:
+        """Before anything is recorded: a command task, and the credential variables are set."""
         check_task(task, "firecrest")
+        ids, secrets = self._names()
+        where = f"firecREST site {self.site.api_url}"
+        require_env(ids, f"{where}: no client id", os.environ)
+        require_env(secrets, f"{where}: no client secret", os.environ)
 
     async def submit(self, job: Job) -> None:
         payload = attached_payload(job.directory) or task_payload(job, "firecrest")
@@ -263,6 +279,8 @@ class FirecrestExecutor(Executor):
         for d in dirs:
             self._call(f"firecREST mkdir {d}", lambda c, d=d: c.mkdir(machine, d, create_parents=True))
         items: list[tuple[Path | bytes, str]] = [(script.encode(), "job.sh")]
+        # a re-run uses the same run directory: empty the previous attempt's outputs and job.rc
+        items += [(b"", name) for name in ("job.out", "job.err", "job.rc")]
         items += [(local, rel) for local, rel in uploads]
 
         def upload(item: tuple[Path | bytes, str]) -> None:
@@ -282,7 +300,7 @@ class FirecrestExecutor(Executor):
         def refused_before_processing(e: BaseException) -> bool:
             if status_of(e) == 500 and any(t in self._message(e) for t in SLURM_TRANSIENT):
                 return True  # sbatch failed to reach the controller: the job was not accepted
-            return status_of(e) in (429, 503) or (is_transient(e) and status_of(e) is None)
+            return status_of(e) == 503 or (is_transient(e) and status_of(e) is None)
 
         try:
             result = self._call("firecREST submit",
@@ -345,7 +363,8 @@ class FirecrestExecutor(Executor):
         machine = self.site.machine
         try:
             found = with_retries(lambda: self.client().job_info(machine, str(job.native_id)),
-                                 f"firecREST job {job.native_id}", tries=3, secrets=self._secrets)
+                                 f"firecREST job {job.native_id}", tries=3, transient=firecrest_transient,
+                                 secrets=self._secrets)
         except Exception as e:
             if status_of(e) == 404:
                 since = time.time() - float(job.record.extra.get("firecrest_submitted") or 0)
@@ -372,8 +391,16 @@ class FirecrestExecutor(Executor):
             if state is JobState.PENDING and reason and reason.lower() != "none":
                 common["reason"] = reason
             return StateUpdate(state=state, **common)
-        await self.sync_outputs(job)
-        rc = await self.fetch_rc(job)
+        try:
+            await self.sync_outputs(job)
+            rc = await self.fetch_rc(job)
+        except Exception as e:  # outputs are retried next cycle; after 3 failures decided without
+            failures = job.runtime["output_failures"] = job.runtime.get("output_failures", 0) + 1
+            if failures < 3:
+                log.info("%s: cannot read its outputs yet (%s); state decided next cycle", job.task_id, e)
+                return None
+            log.warning("%s: its outputs cannot be read (%s); deciding its state without job.rc", job.task_id, e)
+            rc = None
         if state is JobState.CANCELLED:
             return StateUpdate(state=state, detail=raw, reason=cancel_reason(
                 st.cancelled_by, requested=job.cancel_requested, my_uid=None), **common)
@@ -404,7 +431,7 @@ class FirecrestExecutor(Executor):
         def read() -> bytes | None:
             try:
                 st = with_retries(lambda: self.client().stat(machine, path), f"firecREST stat {name}", tries=4,
-                                  secrets=self._secrets)
+                                  transient=firecrest_transient, secrets=self._secrets)
             except Exception as e:
                 if status_of(e) in (404, 400):
                     return None
@@ -421,7 +448,8 @@ class FirecrestExecutor(Executor):
                                           params={"path": path, "offset": pos, "size": n})
                     return str(c._check_response(resp, 200)["output"])
 
-                text = with_retries(view, f"firecREST view {name}", tries=4, secrets=self._secrets)
+                text = with_retries(view, f"firecREST view {name}", tries=4, transient=firecrest_transient,
+                                   secrets=self._secrets)
                 chunk = text.encode("utf-8")
                 if not chunk:
                     break
@@ -466,7 +494,8 @@ class FirecrestExecutor(Executor):
         def one(job: Job) -> None:
             try:
                 with_retries(lambda: self.client().cancel_job(machine, str(job.native_id)),
-                             f"firecREST cancel {job.native_id}", tries=4, secrets=self._secrets)
+                             f"firecREST cancel {job.native_id}", tries=4, transient=firecrest_transient,
+                             secrets=self._secrets)
             except Exception as e:
                 if status_of(e) in (500, 404):
                     # already final (eth-cscs/firecrest-v2#159): the next poll reports the real state

@@ -167,7 +167,9 @@ class UnicoreExecutor(Executor):
     # -- submission ------------------------------------------------------------------------------
 
     def validate(self, launcher: Launcher, task: Task) -> None:
+        """Before anything is recorded: a command task, and the credential variables are set."""
         check_task(task, "unicore")
+        self._credential()
 
     async def submit(self, job: Job) -> None:
         payload = attached_payload(job.directory) or task_payload(job, "unicore")
@@ -240,6 +242,31 @@ class UnicoreExecutor(Executor):
             raise SubmissionError(f"{what}: {redact(str(e), self._secrets)}; the UNICORE job was destroyed") from None
         return str(ujob.resource_url)
 
+    async def reconcile(self, job: Job) -> None:
+        """A job found SUBMITTING after a crash: adopt the started UNICORE job tagged with its run
+        id (destroying ones left READY, whose uploads may be incomplete), else submit."""
+        run_id = str(job.record.extra.get("run_id") or job.task_id)
+        found = await asyncio.to_thread(self._find_tagged, run_id)
+        if found is None:
+            await self.submit(job)
+            return
+        log.warning("%s: adopting UNICORE job %s found by its tag %s", job.task_id, found, run_id)
+        job.runtime["unicore_url"] = found
+        job.apply(StateUpdate(state=JobState.PENDING, detail="adopted by tag after a restart",
+                              native_id=found.rstrip("/").rsplit("/", 1)[-1], extra={"unicore_url": found}))
+
+    def _find_tagged(self, tag: str) -> str | None:
+        client = self.client()
+        started: list[tuple[str, str]] = []
+        for ujob in with_retries(lambda: client.get_jobs(tags=[tag]), "UNICORE jobs", secrets=self._secrets):
+            url = str(ujob.resource_url)
+            props = with_retries(lambda: self._get(url), "UNICORE job", secrets=self._secrets)  # noqa: B023
+            if props.get("status") == "READY":
+                ujob.delete()  # never started: its files may be incomplete
+            else:
+                started.append((str(props.get("submissionTime", "")), str(ujob.resource_url)))
+        return sorted(started)[0][1] if started else None
+
     # -- status ----------------------------------------------------------------------------------
 
     def job_url(self, job: Job) -> str:
@@ -282,8 +309,16 @@ class UnicoreExecutor(Executor):
                 self._warned.add(status)
                 log.warning("UNICORE job state %r: the job keeps its previous state", status)
             return None
-        await self.sync_outputs(job)
-        rc = await self.fetch_rc(job)
+        try:
+            await self.sync_outputs(job)
+            rc = await self.fetch_rc(job)
+        except Exception as e:  # outputs are retried next cycle; after 3 failures decided without
+            failures = job.runtime["output_failures"] = job.runtime.get("output_failures", 0) + 1
+            if failures < 3:
+                log.info("%s: cannot read its outputs yet (%s); state decided next cycle", job.task_id, e)
+                return None
+            log.warning("%s: its outputs cannot be read (%s); deciding its state without job.rc", job.task_id, e)
+            rc = None
         code_text = props.get("exitCode")
         exit_code = int(code_text) if isinstance(code_text, (str, int)) and str(code_text).strip().lstrip("-").isdigit() else None
         if status == "SUCCESSFUL" and (rc is None or rc.success):

@@ -94,6 +94,23 @@ def create_executor(launcher: Launcher) -> SlurmExecutor:
     return SlurmExecutor(launcher)
 
 
+def executor_from_record(info: Mapping[str, Any], record: Any) -> SlurmExecutor:
+    """An executor for a job known only from its ``state.json`` (CLI ``cancel``, ``jobs``)."""
+    from ..config.model import Position, SlurmGroup
+    from .launcher import SlurmLauncher
+
+    group = SlurmGroup(
+        id=info.get("group"),
+        connector=str(info.get("connector") or "local"),
+        position=Position(file=info.get("config")),
+    )
+    ex = SlurmExecutor(SlurmLauncher(group=group))
+    cluster = getattr(record, "cluster", None)
+    if cluster:
+        ex.cluster = str(cluster)
+    return ex
+
+
 def _parse_time(text: str | None) -> float | None:
     """Epoch seconds of an ISO time (record or Slurm's local ``2026-01-01T10:00:00``)."""
     if not text:
@@ -429,13 +446,13 @@ class SlurmExecutor(Executor):
         await self.submit(job)
 
     async def find_by_name(self, name: str, since: float | None = None) -> list[str]:
-        """Ids of this user's jobs named ``name`` (squeue, and sacct over 7 days if available),
-        oldest first. ``since`` (epoch) drops jobs submitted before it (minus clock skew): the
+        """Ids (array master ids for arrays) of this user's jobs named ``name`` (squeue, and
+        sacct over 7 days if available), oldest first. ``since`` (epoch) drops jobs submitted before it (minus clock skew): the
         same task in another experiment directory has the same name, but an earlier job."""
         user, _ = await self.user()
         found: dict[str, float | None] = {}
         res = await self._run(
-            ["squeue", "--noheader", "--states=all", f"--user={user}", f"--name={name}", "--format=%A|%V",
+            ["squeue", "--noheader", "--states=all", f"--user={user}", f"--name={name}", "--format=%F|%V",
              *self._cluster_args()]
         )  # fmt: skip
         if res.returncode == 0:
@@ -447,11 +464,12 @@ class SlurmExecutor(Executor):
             start = (datetime.now() - timedelta(days=7)).strftime("%Y-%m-%dT%H:%M:%S")
             res2 = await self._run(
                 ["sacct", "--noheader", "--parsable2", "--allocations", f"--name={name}", f"--user={user}",
-                 f"--starttime={start}", "--format=JobIDRaw,Submit", *self._cluster_args()]
+                 f"--starttime={start}", "--format=JobID,Submit", *self._cluster_args()]
             )  # fmt: skip
             if res2.returncode == 0:
                 for line in res2.stdout.splitlines():
                     jid, _, submit = line.strip().partition("|")
+                    jid = P.master_id(jid)
                     if jid.isdigit():
                         found.setdefault(jid, _parse_time(submit))
             elif P.sacct_accounting_disabled(res2.returncode, res2.stderr, res2.stdout):
@@ -482,8 +500,34 @@ class SlurmExecutor(Executor):
         await self._accepted(job, keep, None)
         return True
 
+    async def _adopt_array_element(self, job: Job) -> bool:
+        """A SUBMITTING element of an array: find the array by its name, then our index."""
+        arr = job.record.extra.get("array")
+        if not isinstance(arr, Mapping) or not arr.get("name") or not arr.get("dir"):
+            return False
+        ids = await self.find_by_name(str(arr["name"]), since=self._submitting_since(job))
+        if not ids:
+            return False
+        try:
+            index = (await self.connector.read_file(f"{arr['dir']}/index")).decode("utf-8", errors="replace")
+        except (FileNotFoundError, OSError):
+            return False
+        lines = index.splitlines()
+        me = self._job_dir(job)
+        if me not in lines:
+            return False
+        await self._accepted(job, f"{ids[0]}_{lines.index(me)}", None)
+        return True
+
     async def reconcile(self, job: Job) -> None:
         """A record found in SUBMITTING: adopt the job found by name, else submit (§4)."""
+        if await self._adopt_array_element(job):
+            return
+        if isinstance(job.record.extra.get("array"), Mapping):
+            directory = self._job_dir(job)
+            if not await self._banner_seen(directory, job.attempt):
+                await self.submit(job)
+                return
         name = job.record.job_name
         launcher = job.launcher or self.launcher
         if not name and job.task is not None:
@@ -929,22 +973,41 @@ class SlurmExecutor(Executor):
 
     async def submit_array(self, jobs: Sequence[Job], *, max_parallel: int | None = None) -> None:
         """Submit ``jobs`` (all WAITING, same launcher options) as arrays of at most
-        ``MaxArraySize - 1`` elements; each element is tracked as ``ID_INDEX``."""
-        if not jobs:
-            return
-        size = max(1, await self.max_array_size() - 1)
-        for start in range(0, len(jobs), size):
-            await self._submit_chunk(list(jobs[start : start + size]), max_parallel)
+        ``MaxArraySize - 1`` elements; each element is tracked as ``ID_INDEX``.
 
-    async def _submit_chunk(self, jobs: list[Job], max_parallel: int | None) -> None:
+        A chunk refused for a submit limit is halved until it fits the allowance; a single
+        element still refused waits (WAITING) until one of our jobs leaves the queue or 60 s."""
+        pending = [j for j in jobs if not j.state.is_final]
+        size = max(1, await self.max_array_size() - 1)
+        while pending:
+            chunk = pending[:size]
+            outcome = await self._submit_chunk(chunk, max_parallel)
+            if outcome == P.SUBMIT_LIMIT:
+                if size > 1:
+                    size = max(1, min(size, len(chunk)) // 2)
+                    continue
+                for job in chunk:
+                    await _apply(job, StateUpdate(state=JobState.WAITING, detail="submit limit",
+                                                  reason="waiting: submit limit reached"))  # fmt: skip
+                event = self._slot_event()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(event.wait(), SUBMIT_LIMIT_WAIT)
+                pending = [j for j in pending if not j.cancel_requested and not j.state.is_final]
+                continue
+            pending = pending[len(chunk) :]
+
+    async def _submit_chunk(self, jobs: list[Job], max_parallel: int | None) -> str:
+        """One ``sbatch --array`` for ``jobs``; "ok", "failed" or ``P.SUBMIT_LIMIT``."""
         launcher = jobs[0].launcher or self.launcher
+        if not self.is_local:
+            for job in jobs:
+                await self._prepare_remote(job)
         specs = [self.script_spec(job, launcher) for job in jobs]
         for job, spec in zip(jobs, specs, strict=True):
             await self._write(f"{self._job_dir(job)}/job.sh", render_script(spec).encode("utf-8"), mode=0o755)
-        first = jobs[0]
-        workdir = Path(first.directory).parent.parent.parent
-        key = f"{specs[0].job_name}-n{len(jobs)}"
-        array_dir = str(workdir / "arrays" / key)
+        base = Path(self._job_dir(jobs[0])).parent.parent.parent
+        key = f"{specs[0].job_name}-{specs[-1].job_name.rsplit('-', 2)[-2]}-n{len(jobs)}"
+        array_dir = str(base / "arrays" / key)
         index_file = f"{array_dir}/index"
         await self._write(index_file, index_text([self._job_dir(j) for j in jobs]).encode())
         name = f"array-{key}"
@@ -954,8 +1017,11 @@ class SlurmExecutor(Executor):
         )  # fmt: skip
         await self._write(f"{array_dir}/array.sh", script.encode(), mode=0o755)
         for job, spec in zip(jobs, specs, strict=True):
-            job.apply(StateUpdate(state=JobState.SUBMITTING, detail="sbatch array", job_name=spec.job_name,
-                                  extra={"array": {"dir": array_dir, "name": name}}))  # fmt: skip
+            extra: dict[str, Any] = {"array": {"dir": array_dir, "name": name}}
+            if not self.is_local:
+                extra["remote_dir"] = self._job_dir(job)
+            await _apply(job, StateUpdate(state=JobState.SUBMITTING, detail="sbatch array", job_name=spec.job_name,
+                                          reason="", extra=extra))  # fmt: skip
         deadline = time.monotonic() + RETRY_TOTAL
         delay = RETRY_FIRST
         array_since = time.time()
@@ -970,21 +1036,23 @@ class SlurmExecutor(Executor):
                 kind = P.classify_sbatch_error(message)
             except ConnectorError as e:
                 message, kind = str(e), P.TRANSIENT
+            if kind == P.SUBMIT_LIMIT:
+                return P.SUBMIT_LIMIT
             if kind == P.REJECTED or time.monotonic() + delay > deadline:
                 log.error("array %s: sbatch refused it: %s", name, message)
                 for job in jobs:
-                    job.apply(StateUpdate(state=JobState.FAILED, detail="sbatch refused", reason=message))
-                return
-            if kind == P.TRANSIENT:
-                with contextlib.suppress(Exception):
-                    found = await self.find_by_name(name, since=array_since)
-                    if found:
-                        master, cluster = P.master_id(found[0]), None
-                        break
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2) if kind == P.TRANSIENT else SUBMIT_LIMIT_WAIT)
+                    await _apply(job, StateUpdate(state=JobState.FAILED, detail="sbatch refused", reason=message))
+                return "failed"
+            with contextlib.suppress(Exception):
+                found = await self.find_by_name(name, since=array_since)
+                if found:
+                    master, cluster = P.master_id(found[0]), None
+                    break
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
             delay *= 2
         for i, job in enumerate(jobs):
             await self._accepted(job, f"{master}_{i}", cluster)
+        return "ok"
 
     def __repr__(self) -> str:
         return f"<SlurmExecutor connector={self.connector_name} cluster={self.cluster}>"
@@ -1055,4 +1123,4 @@ def submit_array(launcher: Launcher, tasks: Sequence[Any], *, max_parallel: int 
     return jobs
 
 
-__all__ = ["SlurmExecutor", "array", "create_executor", "executor_key", "submit_array"]
+__all__ = ["SlurmExecutor", "array", "create_executor", "executor_from_record", "executor_key", "submit_array"]
