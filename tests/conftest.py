@@ -25,7 +25,10 @@ def _unavailable(reason: str) -> None:
 
 def start_cluster(cluster_dir: str, **knobs: str) -> dict[str, str]:
     """Start (or reuse, when healthy) a sandbox cluster and return its environment."""
-    env = dict(os.environ, CLUSTER_DIR=cluster_dir, **knobs)
+    # env.sh exports the ports a running sandbox uses (CLUSTER_SSH_PORT...). Inherited, they
+    # would read as explicit knobs and make start.sh restart a healthy cluster: drop them.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLUSTER_")}
+    env.update(CLUSTER_DIR=cluster_dir, **knobs)
     try:
         out = subprocess.run(
             ["bash", str(CLUSTER_SCRIPTS / "start.sh")],

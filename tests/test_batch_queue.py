@@ -133,7 +133,9 @@ def test_truncated_entry_is_never_run(tmp_path: Path) -> None:
     e = entry(tmp_path, "trunc", ["sh", "-c", "echo ran > ran"])
     text = json.dumps(e)
     (queue / "pending" / R.pending_name(1, "trunc")).write_text(text[: len(text) // 2])
-    assert start_runner(queue, "--linger", "0.5").wait(20) == 0
+    t0 = time.monotonic()
+    assert start_runner(queue, "--linger", "1.5").wait(20) == 0
+    assert time.monotonic() - t0 >= 1.5  # lingered: a truncated entry is no reason to drain
     assert not (tmp_path / "jobs" / "trunc" / "ran").exists()
     assert "trunc" in Q.scan(queue).pending
 

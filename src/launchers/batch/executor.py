@@ -455,8 +455,8 @@ class BatchExecutor(Executor):
             if shape is not None:
                 by_shape.setdefault(str(shape.queue), []).append(job)
         out: dict[Job, StateUpdate] = {}
-        for key, shape in list(self.shapes.items()):
-            mine = by_shape.get(key, [])
+        for key, mine in by_shape.items():
+            shape = self.shapes[key]
             snap = Q.scan(shape.queue)
             final_pilots = [p.native_id for p in shape.pilots if p.state.is_final and p.native_id]
             if snap.running:  # lost runners: pilot final, or heartbeat older than lost_after
@@ -468,7 +468,7 @@ class BatchExecutor(Executor):
                 update = self._update(shape, snap, job)
                 if update is not None:
                     out[job] = update
-            if mine or snap.pending:
+            if snap.pending:
                 if self._fail_if_pilot_refused(shape, snap, mine, out):
                     snap = Q.scan(shape.queue)
                 await self._manage(shape, snap)

@@ -362,13 +362,14 @@ class Runner:
         if not names:
             return False
         now = time.time()
-        fitting = 0
+        fitting = candidates = 0
         for name in names:
             if free <= 0:
                 break
             entry = read_entry(os.path.join(self.queue, PENDING, name))
             if entry is None:
-                continue
+                continue  # truncated (in-place writer): neither run nor a reason to drain
+            candidates += 1
             if not self.fits(entry, now):
                 continue
             fitting += 1
@@ -377,7 +378,7 @@ class Runner:
                 continue
             self.start_task(got)
             free -= 1
-        if fitting == 0 and names:
+        if fitting == 0 and candidates:
             # every pending task would end after end - drain_margin: drain and leave
             self.log("no pending task fits before the walltime; draining")
             self.stop_claiming = True
