@@ -170,3 +170,35 @@ def test_cancel_the_batch_launcher(tmp_path: Path) -> None:
     assert len(pilots) == 1
     assert pilots[0].wait(20).is_final and pilots[0].state is JobState.CANCELLED
     assert all(Q.read_done(queue, j.task_id)["state"] == "CANCELLED" for j in jobs)  # type: ignore[index]
+
+
+REATTACH = """
+import os, signal, sys, time
+from launchers.config.model import LocalGroup
+from launchers.jobs.experiment import experiment
+from launchers.jobs.state import JobState
+from launchers.jobs.task import command
+from launchers.local.launcher import DirectLauncher
+b = DirectLauncher(group=LocalGroup(max_jobs=4)).batched(slots=2, linger=1)
+with experiment(sys.argv[1], b):
+    j = command(["sleep", "2"], name="ra").submit()
+    while j.state is not JobState.RUNNING:
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_reattach_after_the_submitter_died(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", REATTACH, str(tmp_path / "xp")], timeout=60, check=False)
+    assert p.returncode == -9
+    ex = executor()
+    before = ex.pilots_submitted
+    with experiment(tmp_path / "xp", batch(slots=2, linger=1)):
+        j = command(["sleep", "2"], name="ra").submit()
+        assert j.wait(30) is JobState.COMPLETED
+    assert ex.pilots_submitted == before  # tracked, not submitted again
+    out = j.stdout_path.read_text()
+    assert out.count("==== launchers: attempt") == 1

@@ -208,3 +208,20 @@ def test_runner_script_is_python38_compatible() -> None:
     imports = {n.names[0].name.split(".")[0] for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import)}
     imports |= {n.module.split(".")[0] for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom) and n.module}
     assert imports <= set(sys.stdlib_module_names)
+
+
+def test_pending_names_round_trip_and_sort_fifo() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    names = st.text(alphabet="abcXYZ019_.-", min_size=1, max_size=12)
+    ids = st.builds(lambda n, d: f"{n}-{d:016x}", names, st.integers(min_value=0, max_value=2**64 - 1))
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(st.tuples(st.integers(min_value=0, max_value=2**63), ids), min_size=1, max_size=20))
+    def check(items: list[tuple[int, str]]) -> None:
+        names = [R.pending_name(seq, tid) for seq, tid in items]
+        assert [R.split_pending(n) for n in names] == items
+        assert R.split_pending(".tmp-" + items[0][1]) is None
+
+    check()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -457,14 +456,10 @@ def test_ten_thousand_nodes_load_fast(tmp_path: Path) -> None:
             lines.append("            configuration: {cpu: {cores: 64, memory: 512G}}")
     f = tmp_path / "launchers.yaml"
     f.write_text("\n".join(lines) + "\n")
-    t0 = time.perf_counter()
+    # The speed targets live in benchmarks/finder.py; here: it loads, and is cached.
     cfg = load_config(f)
-    elapsed = time.perf_counter() - t0
     assert sum(len(ng.hosts) for p in cfg.groups[0].partitions for ng in p.nodes) == 10_000  # type: ignore[union-attr]
-    assert elapsed < 0.5, f"loading 10,000 nodes took {elapsed:.2f} s"
-    t0 = time.perf_counter()
-    load_config(f)
-    assert time.perf_counter() - t0 < 0.05  # cached: a few stat calls
+    assert load_config(f) is cfg  # unchanged file: not read again
 
 
 def test_docs_describe_every_key() -> None:

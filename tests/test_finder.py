@@ -637,26 +637,16 @@ def _big_config() -> LaunchersConfig:
     return LaunchersConfig(groups=(group,))
 
 
-def test_speed_on_ten_thousand_nodes() -> None:
-    import time
-
+def test_ten_thousand_nodes() -> None:
+    """Correct answers on a large configuration (its speed targets: benchmarks/finder.py)."""
     config = _big_config()
     req = parse("cuda(mem=24G)*2 & duration=2h")
     first = find_launcher(req, config=config)  # builds the candidate index once
     assert first.options.constraint == "(GPU&GPU4&GPUM32G&V100)|(GPU&GPU8&GPUM80G&A100)|(GPU&GPU2&GPUM48G)"
-    n = 200
     for spec in ("cuda(mem=24G)*2 & duration=2h", req):
-        start = time.perf_counter()
-        for _ in range(n):
-            find_launcher(spec, config=config)
-        per_call = (time.perf_counter() - start) / n
-        assert per_call < 1e-3, f"{per_call * 1e3:.3f} ms per call"
-    # a requirement never seen before: matching, merging and soundness from scratch
-    start = time.perf_counter()
-    for i in range(20):
-        find_launcher(cpu(cores=2, mem=f"{i + 1}G"), config=config)
-    cold = (time.perf_counter() - start) / 20
-    assert cold < 20e-3, f"{cold * 1e3:.3f} ms per uncached call"
+        assert find_launcher(spec, config=config) == first
+    for i in range(5):
+        assert find_launcher(cpu(cores=2, mem=f"{i + 1}G"), config=config).options.mem is not None
 
 
 def test_several_configurations_in_one_process() -> None:

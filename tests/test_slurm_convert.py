@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -460,20 +459,15 @@ def test_every_node_keeps_its_own_features_and_partitions(spec: list[Any]) -> No
     load_config_text(result.text, "prop.yaml")
 
 
-def test_ten_thousand_nodes_under_one_second() -> None:
+def test_ten_thousand_nodes_convert_and_load() -> None:
     sys.path.insert(0, str(BENCHMARKS))
     try:
         from synthetic import generate_scontrol_nodes  # type: ignore[import-not-found]
     finally:
         sys.path.remove(str(BENCHMARKS))
     text = generate_scontrol_nodes(10000, 100)
-    best = float("inf")
-    for _ in range(2):  # CPU time of this process: other tests may share the 2 cores
-        t0 = time.process_time()
-        result = convert_text(text)
-        best = min(best, time.process_time() - t0)
+    result = convert_text(text)  # its speed target (< 1 s) is checked by benchmarks/finder.py
     assert result.nodes == 10000 and result.partitions == 100
-    assert best < 1.0, f"convert of 10,000 nodes took {best:.2f} s"
     cfg = load_config_text(result.text, "synthetic.yaml")
     assert sum(len(p.nodes) for p in cfg.groups[0].partitions) == result.node_groups  # type: ignore[union-attr]
 

@@ -498,9 +498,9 @@ class BatchExecutor(Executor):
                 return None
             return self._final(job, done)
         if tid in snap.running:
-            if job.state is JobState.RUNNING and job.record.extra.get("pilot"):
-                return None
             entry = Q.read_running(shape.queue, tid) or {}
+            if job.state is JobState.RUNNING and job.record.extra.get("runner") == entry.get("runner"):
+                return None
             pilot = self._pilot_native(shape, str(entry.get("runner", "")))
             return StateUpdate(
                 state=JobState.RUNNING,

@@ -24,6 +24,8 @@ COMMAND_MODULES = (
     "jobs",
     "run",
     "batch",
+    "status",
+    "clean",
 )
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -61,7 +60,12 @@ def _tags_of(tags: Iterable[str] | str | None) -> frozenset[str]:
         return frozenset()
     if isinstance(tags, str):
         return frozenset(t.strip() for t in tags.split(",") if t.strip())
-    return frozenset(str(t) for t in tags)
+    try:
+        return frozenset(str(t) for t in tags)
+    except TypeError:
+        raise LaunchersError(
+            f"tags must be a list of names or a comma-separated string, not {type(tags).__name__}"
+        ) from None
 
 
 def config_of(config: LaunchersConfig | str | os.PathLike[str] | None) -> LaunchersConfig:
@@ -70,7 +74,7 @@ def config_of(config: LaunchersConfig | str | os.PathLike[str] | None) -> Launch
         return config
     from ..config.loader import load_config
 
-    return load_config(None if config is None else Path(config))
+    return load_config(config)  # checks the type, and caches by the argument
 
 
 def _ordered_groups(config: LaunchersConfig) -> tuple[Group, ...]:

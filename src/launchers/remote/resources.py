@@ -118,7 +118,7 @@ def parse_runtime(value: Any) -> int:
     if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
         raise UnitError(f"expected a duration such as 2h or 90m, not {type_name(value)}")
     if isinstance(value, (int, float)):
-        raise UnitError(f"a duration needs a unit ({value}s, {value}m, {value}h…); {value} alone is ambiguous")
+        raise UnitError(f"a duration needs a unit ({value}s, {value}m…); {value} alone is ambiguous")
     if _MULTI_UNIT.match(value):
         total = 0
         for number, unit in _PART.findall(value):
@@ -126,7 +126,7 @@ def parse_runtime(value: Any) -> int:
         raise UnitError(f"{value!r} has several units; write one, such as {_one_unit(total)}")
     text = value.strip()
     if re.fullmatch(r"\d+(?:\.\d+)?", text):
-        raise UnitError(f"a duration needs a unit ({text}s, {text}m, {text}h…); {text!r} alone is ambiguous")
+        raise UnitError(f"a duration needs a unit ({text}s, {text}m…); {text!r} alone is ambiguous")
     seconds = parse_duration(text)
     if seconds <= 0:
         raise UnitError(f"{value!r} is not a positive duration")
