@@ -63,14 +63,13 @@ SUBMITIT = textwrap.dedent(
     import sys, time, submitit
     n, folder = int(sys.argv[1]), sys.argv[2]
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
-    ex.update_parameters(slurm_partition="%s", timeout_min=5, name="bench-submitit")
+    ex.update_parameters(slurm_partition="PARTITION", timeout_min=5, name="bench-submitit")
     t0 = time.perf_counter()
     for i in range(n):
         ex.submit(int, i)
     print(time.perf_counter() - t0)
     """
-    % PARTITION
-)
+).replace("PARTITION", PARTITION)
 
 
 def submitit_loop(n: int, workdir: Path) -> float:

@@ -5,6 +5,8 @@ UNICORE jobs destroyed at the loopback site on the real Slurm."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -79,6 +81,12 @@ def test_status_refresh_then_clean_at_the_unicore_site(unicore_server: UnicoreSe
             break
         time.sleep(0.5)
     assert "state:     RUNNING" in out, out
+    # as after Ctrl-C: another process, with only the record (executor rebuilt from state.json)
+    proc = subprocess.run([sys.executable, "-m", "launchers", "status", str(job_dir), "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["state"] == "RUNNING" and data["site"] == server.base_url and proc.stderr == ""
     assert f"site:      {server.base_url}" in out
     (ujob,) = server.jobs.values()
     assert f"native id: {ujob.id}" in out

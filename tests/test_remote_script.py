@@ -127,7 +127,7 @@ def test_failures_chain(tmp_path: Path, environment: dict[str, Any], command: st
 def test_exit_inside_a_snippet_still_writes_job_rc(tmp_path: Path) -> None:
     rc, log, err, run_dir = run(tmp_path, {"PreRunCommandOnComputeNode": ["exit 5"], "PostRunCommandOnComputeNode": 'echo post >> "$LOG"'})
     assert rc == 5 and log == ""
-    assert "PreRunCommandOnComputeNode[0] ended the script with exit code 5" in err
+    assert "launchers: PreRunCommandOnComputeNode[0] failed with exit code 5" in err
     assert job_rc(run_dir)["rc"] == 5
 
 

@@ -130,7 +130,7 @@ def test_submit_limit_waits_then_submits(cluster: dict[str, str], tmp_path: Path
     assert len({j.native_id for j in jobs}) == 4
     # an array larger than the allowance is split until it fits, the rest waits
     with experiment(tmp_path / "arr", L):
-        elements = sx.submit_array(L, [command(["sh", "-c", f"sleep 1; echo e{i}"]) for i in range(5)])
+        elements = L.submit_array([command(["sh", "-c", f"sleep 1; echo e{i}"]) for i in range(5)])
     assert [j.state for j in elements] == [JobState.COMPLETED] * 5
     assert len({j.native_id for j in elements}) == 5
     assert len({(j.native_id or "").split("_")[0] for j in elements}) >= 3

@@ -117,11 +117,52 @@ def _read(path: Path) -> Any:
         try:
             json.loads(text, object_pairs_hook=_no_duplicate_pairs)
         except _Duplicate as d:
-            load_located(text, file)  # reports the duplicate with its position when it can
+            _load_with_key_paths(text, file)  # reports the duplicate with its position when it can
             raise ConfigurationError(f"duplicate key {d.key!r}", file=file)
         except json.JSONDecodeError as e:
             raise ConfigurationError(f"JSON syntax error: {e.msg}", file=file, line=e.lineno, column=e.colno)
-    return load_located(text, file)
+    return _load_with_key_paths(text, file)
+
+
+def _load_with_key_paths(text: str, file: str) -> Any:
+    """``load_located``, with the key path added to a duplicate-key error (§1.4's line format)."""
+    try:
+        return load_located(text, file)
+    except ConfigurationError as e:
+        if e.key or not e.line or not e.column or not e.reason.startswith("duplicate key"):
+            raise
+        path = _key_path_at(text, e.line, e.column)
+        if path is None:
+            raise
+        raise ConfigurationError(e.reason, file=e.file, line=e.line, column=e.column, key=path) from None
+
+
+def _key_path_at(text: str, line: int, column: int) -> str | None:
+    """The ``KEY.PATH`` of the mapping key written at ``line``:``column`` (1-based), if any."""
+    import yaml
+
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+
+    def walk(node: Any, prefix: str) -> str | None:
+        if isinstance(node, yaml.MappingNode):
+            for knode, vnode in node.value:
+                here = key_path(prefix, str(knode.value))
+                if knode.start_mark.line + 1 == line and knode.start_mark.column + 1 == column:
+                    return here
+                found = walk(vnode, here)
+                if found is not None:
+                    return found
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                found = walk(item, key_path(prefix, i))
+                if found is not None:
+                    return found
+        return None
+
+    return walk(root, "") if root is not None else None
 
 
 def load_backend_config(

@@ -82,9 +82,13 @@ def executor_key(launcher: Launcher) -> tuple[Any, ...]:
 
 def create_executor(launcher: Launcher) -> FirecrestExecutor:
     site = _site_of(launcher)
+    if site.api_version == 1:
+        from .firecrest_v1 import FirecrestV1Executor
+
+        return FirecrestV1Executor(site, mantik=_standalone(launcher), key=executor_key(launcher))
     if site.api_version != 2:
         raise LaunchersError(f"firecREST site {site.api_url}: api_version {site.api_version} is not supported "
-                             "by this executor yet (use api_version: 2)")
+                             "(write 2, the default, or 1)")
     return FirecrestExecutor(site, mantik=_standalone(launcher), key=executor_key(launcher))
 
 
@@ -93,9 +97,15 @@ def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> Firecr
     data = record.extra.get("firecrest_site")
     if not isinstance(data, Mapping) or not data.get("api_url"):
         raise LaunchersError(f"job {record.task_id}: its record does not name its firecREST site")
-    fields = ("api_url", "token_url", "machine", "client_id_env", "client_secret_env", "workdir", "verify_tls")
+    fields = ("api_url", "token_url", "machine", "client_id_env", "client_secret_env", "workdir", "verify_tls",
+              "api_version")
     site = FirecrestSite(**{k: v for k, v in data.items() if k in fields})
-    return FirecrestExecutor(site, mantik=bool(data.get("mantik")), key=("record-firecrest", site.api_url, site.machine))
+    key = ("record-firecrest", site.api_url, site.machine, site.api_version)
+    if site.api_version == 1:
+        from .firecrest_v1 import FirecrestV1Executor
+
+        return FirecrestV1Executor(site, mantik=bool(data.get("mantik")), key=key)
+    return FirecrestExecutor(site, mantik=bool(data.get("mantik")), key=key)
 
 
 def firecrest_transient(error: BaseException) -> bool:

@@ -122,8 +122,12 @@ launchers_finish() {
     if [ -n "$launchers_step" ] && [ "$launchers_rc" -eq 0 ]; then
         launchers_rc=$code
         launchers_failed_step=$launchers_step
-        [ "$launchers_rc" -eq 0 ] && launchers_rc=1
-        echo "launchers: $launchers_step ended the script with exit code $code" >&2
+        if [ "$launchers_rc" -eq 0 ]; then
+            launchers_rc=1
+            echo "launchers: $launchers_step ended the script with exit code 0 before its end; counted as a failure" >&2
+        else
+            echo "launchers: $launchers_step failed with exit code $code (it ended the script)" >&2
+        fi
     fi
     local host native tmp
     host=$(hostname 2>/dev/null || echo unknown)

@@ -61,6 +61,7 @@ SACCT_GRACE = 120.0
 LOST_AFTER = 600.0
 LOST_POLLS = 3
 FATAL_CONFIRM = 60.0
+CANCEL_RETRY = 10.0
 #: Margin when comparing the cluster's submit times with our records' (seconds).
 CLOCK_SKEW = 10.0
 MAX_ID_LIST = 32 * 1024
@@ -343,15 +344,30 @@ class SlurmExecutor(Executor):
 
     async def submit(self, job: Job) -> None:
         launcher = job.launcher or self.launcher
-        if not self.is_local:
-            await self._prepare_remote(job)
-        spec = self.script_spec(job, launcher)
-        text = render_script(spec)
-        if not self.is_local:
-            await asyncio.to_thread(_write_synced, str(Path(job.directory) / "job.sh"), text.encode(), 0o755, False)
-        directory = self._job_dir(job)
-        # no directory fsync: the SUBMITTING record written next in this directory does it
-        await self._write(f"{directory}/job.sh", text.encode("utf-8"), mode=0o755, sync_dir=False)
+        # Nothing is submitted yet, so a transport failure while staging is retried (§4).
+        deadline = time.monotonic() + RETRY_TOTAL
+        delay = RETRY_FIRST
+        while True:
+            try:
+                if not self.is_local:
+                    await self._prepare_remote(job)  # chooses the remote directory the script names
+                spec = self.script_spec(job, launcher)
+                text = render_script(spec)
+                if not self.is_local:
+                    local_copy = str(Path(job.directory) / "job.sh")
+                    await asyncio.to_thread(_write_synced, local_copy, text.encode(), 0o755, False)
+                directory = self._job_dir(job)
+                # no directory fsync: the SUBMITTING record written next in this directory does it
+                await self._write(f"{directory}/job.sh", text.encode("utf-8"), mode=0o755, sync_dir=False)
+                break
+            except ConnectorError as e:
+                if time.monotonic() + delay > deadline:
+                    job.apply(StateUpdate(state=JobState.FAILED, detail="staging", reason=f"could not stage the job: {e}"))
+                    log.error("%s: could not stage the job: %s", job.task_id, e)
+                    return
+                log.warning("%s: staging failed (%s); retrying in %.0f s", job.task_id, e, delay)
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, 60.0)
         extra = None if self.is_local else {"remote_dir": directory}
         await _apply(job, StateUpdate(state=JobState.SUBMITTING, detail="sbatch", job_name=spec.job_name, reason="",
                                       extra=extra))  # fmt: skip
@@ -745,7 +761,7 @@ class SlurmExecutor(Executor):
             ended = rc.end or ended
         reason: str | None = None
         if state is JobState.CANCELLED:
-            _, uid = self._user or (None, None)
+            uid = self._user[1] if self._user else (os.getuid() if self.is_local else None)
             reason = cancel_reason(status.cancelled_by, requested=job.cancel_requested, my_uid=uid)
         elif state is JobState.FAILED:
             reason = status.note or (f"killed by signal {sig}" if sig else f"exit code {exit_code}")
@@ -916,7 +932,15 @@ class SlurmExecutor(Executor):
                 ids.append(job.native_id)
             # SUBMITTING: cancelled as soon as the id is known (_accepted)
         if ids:
-            await self._cancel_ids(ids)
+            try:
+                await self._cancel_ids(ids)
+            except (LaunchersError, OSError) as e:
+                # e.g. slurmctld down: ask again later; a cancel request is never dropped
+                log.warning("scancel failed (%s); retrying in %.0f s", e, CANCEL_RETRY)
+                loop = asyncio.get_running_loop()
+                for job in jobs:
+                    if job.native_id in ids:
+                        loop.call_later(CANCEL_RETRY, self.tracker.request_cancel, job)
             self.tracker.wake()
 
     async def _cancel_ids(self, ids: Sequence[str]) -> None:

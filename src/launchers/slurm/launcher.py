@@ -6,7 +6,8 @@ way and differ only in transport.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import attrs
@@ -137,6 +138,18 @@ class SlurmLauncher(SlurmLikeLauncher):
     @property
     def kind(self) -> str:
         return "slurm"
+
+    def submit_array(self, tasks: Sequence[Any], *, max_parallel: int | None = None) -> list[Any]:
+        """Submit ``tasks`` in the current experiment as job arrays (split at MaxArraySize)."""
+        from .executor import submit_array
+
+        return submit_array(self, tasks, max_parallel=max_parallel)
+
+    def array(self, max_parallel: int | None = None) -> AbstractContextManager[list[Any]]:
+        """``with launcher.array():`` around ``task.submit`` calls submits them as job arrays."""
+        from .executor import array
+
+        return array(self, max_parallel=max_parallel)
 
 
 __all__ = ["SlurmLauncher", "SlurmLikeLauncher", "SlurmOptions"]

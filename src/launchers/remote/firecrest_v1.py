@@ -1,0 +1,190 @@
+"""``FirecrestV1Executor``: firecREST v1 (``api_version: 1``) with ``firecrest.v1.Firecrest``
+(remote-sites.md §3.3, §4.3).
+
+Same flow and state mapping as the v2 executor, over v1's endpoints: ``POST /utilities/mkdir``,
+``POST /utilities/upload`` (small files only: up to the direct-upload limit, nothing is staged),
+``POST /compute/jobs/upload`` (a task; v1 runs the script from a directory of its own, hence the
+explicit ``cd`` of ``job.sh``), ``GET /compute/acct`` for the status of every job in one call,
+``GET /utilities/view`` for outputs, ``DELETE /compute/jobs/{id}`` to cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import io
+import logging
+import os
+import posixpath
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import LaunchersError, SubmissionError
+from ..jobs.executor import StateUpdate
+from ..units import format_size
+from .firecrest_executor import (
+    MIN_TOKEN_VALIDITY,
+    NOT_VISIBLE_GRACE,
+    RATE_LIMIT_RETRIES,
+    FirecrestExecutor,
+    _auth_class,
+    firecrest_transient,
+)
+from .http import require_env, status_of, with_retries
+
+if TYPE_CHECKING:
+    from ..jobs.job import Job
+
+log = logging.getLogger("launchers.remote")
+
+#: seconds between two reads of a v1 task (pyfirecrest's default starts at 1 s)
+TASK_POLL_SLEEPS = [0.2] * 10 + [0.5] * 20 + [1.0] * 120
+
+
+class FirecrestV1Executor(FirecrestExecutor):
+    """Submits, follows and cancels jobs on one firecREST v1 machine."""
+
+    def client(self) -> Any:
+        """The pyfirecrest v1 client (created once)."""
+        from firecrest.v1 import Firecrest
+
+        with self._lock:
+            if self._client is None:
+                ids, secrets = self._names()
+                where = f"firecREST site {self.site.api_url}"
+                cid = require_env(ids, f"{where}: no client id", os.environ)
+                secret = require_env(secrets, f"{where}: no client secret", os.environ)
+                self._secrets = [secret]
+                auth = _auth_class()(cid, secret, self.site.token_url, min_token_validity=MIN_TOKEN_VALIDITY)
+                client = Firecrest(self.site.api_url, auth, verify=self.site.verify_tls)
+                client.num_retries_rate_limit = RATE_LIMIT_RETRIES
+                client.polling_sleep_times = list(TASK_POLL_SLEEPS)
+                self._client = client
+            return self._client
+
+    def _site_record(self) -> dict[str, Any]:
+        return {**super()._site_record(), "api_version": 1}
+
+    def base_dir(self) -> str:
+        """BASE: ``site.workdir`` with ``{user}`` replaced (v1 names no work file system)."""
+        if self._base is not None:
+            return self._base
+        if not self.site.workdir:
+            raise LaunchersError(
+                f"firecREST site {self.site.api_url} (api_version 1) does not say where jobs work: "
+                "set site.workdir (e.g. /scratch/{user}/launchers)"
+            )
+        user = ""
+        if "{user}" in self.site.workdir:
+            user = str(self._call("firecREST whoami", lambda c: c.whoami(self.site.machine)) or "")
+            if not user:
+                raise LaunchersError(f"firecREST site {self.site.api_url}: whoami gave no user name for {{user}}")
+        self._base = self.site.workdir.replace("{user}", user)
+        return self._base
+
+    def _submit_sync(self, run_dir: str, script: str, uploads: Sequence[tuple[Path, str]], name: str) -> str:
+        machine = self.site.machine
+        too_big = [(rel, local.stat().st_size) for local, rel in uploads if local.stat().st_size > self._max_ops]
+        if too_big:
+            rel, size = too_big[0]
+            raise SubmissionError(
+                f"{rel} ({format_size(size)}) is larger than the direct upload limit of {machine} "
+                f"({format_size(self._max_ops)}); firecREST v1 sends small files only: exclude it "
+                "(Exclude) and copy it to the site another way"
+                + ("" if len(too_big) == 1 else f" ({len(too_big) - 1} more such files)")
+            )
+        dirs = sorted({run_dir} | {posixpath.dirname(posixpath.join(run_dir, rel)) for _, rel in uploads})
+        for d in dirs:
+            self._call(f"firecREST mkdir {d}", lambda c, d=d: c.mkdir(machine, d, p=True))
+        items: list[tuple[Path | bytes, str]] = [(script.encode(), "job.sh")]
+        items += [(b"", n) for n in ("job.out", "job.err", "job.rc")]  # a re-run reuses the directory
+        items += [(local, rel) for local, rel in uploads]
+
+        def upload(item: tuple[Path | bytes, str]) -> None:
+            source, rel = item
+            data = source if isinstance(source, bytes) else source.read_bytes()
+            target = posixpath.join(run_dir, rel)
+            self._call(f"upload of {rel}", lambda c: c.simple_upload(
+                machine, io.BytesIO(data), posixpath.dirname(target), filename=posixpath.basename(target)))
+
+        with concurrent.futures.ThreadPoolExecutor(self.upload_parallel) as pool:
+            futures = [pool.submit(upload, it) for it in items]
+            errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            raise SubmissionError(f"{errors[0]}; nothing was submitted (the run directory {run_dir} keeps "
+                                  "the files sent so far)")
+        try:
+            # a POST that creates a task is not repeated: a lost answer could mean a submitted job
+            result = self._call("firecREST submit", lambda c: c.submit(machine, script_str=script), tries=1)
+        except LaunchersError as e:
+            found = self._find_by_name(name)
+            if found is None:
+                raise SubmissionError(str(e)) from None
+            log.warning("firecREST submit answered %s, but job %s named %s exists: adopted", e, found, name)
+            return found
+        return str(result["jobid"])
+
+    def _acct(self, ids: Sequence[str] | None) -> list[Mapping[str, Any]]:
+        machine = self.site.machine
+        rows = self._call("firecREST acct", lambda c: c.poll(machine, list(ids) if ids else None), tries=3)
+        return [r for r in rows if isinstance(r, Mapping)]
+
+    def _find_by_name(self, name: str) -> str | None:
+        try:
+            rows = self._acct(None)
+        except LaunchersError:
+            return None
+        ids = [str(r.get("jobid")) for r in rows if r.get("name") == name]
+        return min(ids, key=int) if ids else None
+
+    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+        ids = [str(j.native_id) for j in jobs if j.native_id]
+        rows = {str(r.get("jobid")): r for r in await asyncio.to_thread(self._acct, ids)}
+        updates: dict[Job, StateUpdate] = {}
+        for job in jobs:
+            row = rows.get(str(job.native_id))
+            if row is None:
+                since = time.time() - float(job.record.extra.get("firecrest_submitted") or 0)
+                if since > NOT_VISIBLE_GRACE:
+                    log.warning("firecREST does not know job %s (%s), submitted %.0f s ago",
+                                job.native_id, job.task_id, since)
+                continue
+            # v1's acct rows carry no exit code: job.rc gives it (read by _update_for)
+            update = await self._update_for(job, {"status": {"state": row.get("state"), "stateReason": ""}})
+            if update is not None:
+                updates[job] = update
+        return updates
+
+    async def read_file(self, job: Job, name: str, offset: int = 0) -> bytes | None:
+        """Bytes of ``RUN/name`` from ``offset`` (``GET /utilities/view``); None when missing."""
+        path = posixpath.join(self._run_dir(job), name)
+        machine = self.site.machine
+
+        def read() -> bytes | None:
+            try:
+                text = with_retries(lambda: self.client().view(machine, path), f"firecREST view {name}", tries=4,
+                                    transient=firecrest_transient, secrets=self._secrets)
+            except Exception as e:
+                if status_of(e) in (400, 404):
+                    return None
+                raise
+            return str(text).encode("utf-8")[offset:]
+
+        return await asyncio.to_thread(read)
+
+    async def cancel(self, jobs: Sequence[Job]) -> None:
+        machine = self.site.machine
+
+        def one(job: Job) -> None:
+            try:
+                self.client().cancel(machine, str(job.native_id))
+            except Exception as e:  # e.g. the job already ended: the next poll reports its state
+                log.info("cancel of %s: %s", job.native_id, self._message(e))
+
+        await asyncio.gather(*(asyncio.to_thread(one, j) for j in jobs if j.native_id), return_exceptions=True)
+        self.tracker.wake(poll_now=True)
+
+
+__all__ = ["FirecrestV1Executor"]
