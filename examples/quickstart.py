@@ -16,7 +16,8 @@ from launchers import command, experiment, find_launcher
 
 def main() -> int:
     launcher = find_launcher("duration=10 minutes & cpu(cores=1, mem=256M)")
-    print(f"chosen launcher: {launcher.kind} ({launcher.group.label})")
+    where = "this machine, no launchers.yaml found" if getattr(launcher.group, "implicit", False) else launcher.group.label
+    print(f"chosen launcher: {launcher.kind} ({where})")
     workdir = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="launchers-"))
     with experiment(workdir, launcher=launcher):
         hello = command(["python3", "-c", "import platform; print('hello from', platform.node())"], name="hello")

@@ -563,7 +563,7 @@ def test_python_without_launchers(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_direct_process_group_stdin_cwd(tmp_path: Path) -> None:
     work = tmp_path / "w d"
     work.mkdir()
-    argv = ["sh", "-c", 'ps -o pgid= -p $$ | tr -d " "; echo "$$"; readlink /proc/self/fd/0; pwd; cat']
+    argv = ["sh", "-c", 'cut -d" " -f5 /proc/$$/stat; echo "$$"; readlink /proc/self/fd/0; pwd; cat']
     with experiment(tmp_path / "xp", DirectLauncher()):
         job = command(argv, cwd=work).submit()
     lines = job.stdout_path.read_text().splitlines()[1:]
