@@ -770,9 +770,6 @@ def test_tokens_with_ssh_connector_refused(tmp_path: Path) -> None:
 # §9 "`max_requeues` (3) bounds extra attempts; `resume_signal` (`USR1`) and `resume_grace` (120 s ...)";
 # §5 "`lost_after` (10 min)", "`poll_max` (60 s)"; §10 "`kill_grace` (10 s)": named settings a user
 # must be able to set (on the group, like `status_source` and `fatal_pending`).
-@pytest.mark.xfail(strict=True, reason="QA3: launchers.yaml refuses max_requeues/resume_signal/resume_grace/"
-                   "lost_after/poll_max (unknown key) and kill_grace on local groups; SlurmLauncher.config() "
-                   "refuses them too, though slurm/executor.py reads them with _setting()")
 def test_named_runtime_settings_accepted(tmp_path: Path) -> None:
     from launchers import load_config
 
@@ -916,8 +913,6 @@ def test_slurm_directive_quoting_real(slurm: Any, tmp_path: Path) -> None:
 
 # §3 "A newline, carriage return or NUL in a value is a `ScriptError` naming the option"
 @pytest.mark.slurm
-@pytest.mark.xfail(strict=True, reason="QA3: no ScriptError is raised; the job is recorded and becomes FAILED "
-                   "asynchronously with the message as reason (slurm/launcher.py config / script.py)")
 @pytest.mark.parametrize("bad", ["a\nb", "a\0b"])
 def test_slurm_newline_in_value(slurm: Any, tmp_path: Path, bad: str) -> None:
     with pytest.raises(ScriptError, match="comment"):

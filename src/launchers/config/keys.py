@@ -18,6 +18,7 @@ KINDS = (
     "str",
     "size",  # "16G": bytes (finder.md §1 units)
     "duration",  # "4 days": seconds
+    "seconds",  # a timing setting: a duration ("30s", "2m") or a bare number of seconds
     "ratio",  # a number in [0, 1], kept exact
     "strings",  # a list of strings
     "paths",  # a string or a list of strings
@@ -112,14 +113,14 @@ _FATAL_REASONS: dict[str, Key] = {
 
 _BATCH: dict[str, Key] = {
     "slots": _k("slots", "tasks run at once by one pilot, or auto", "auto"),
-    "linger": _k("duration", "how long an idle pilot waits for work", "2m"),
+    "linger": _k("seconds", "how long an idle pilot waits for work", "2m"),
     "walltime": _k("duration", "pilot time limit (default: from the inner launcher)"),
     "task_timeout": _k("duration", "time limit of one task"),
     "max_attempts": _k("int", "attempts of a task whose pilot died", 3, minimum=1),
-    "drain_margin": _k("duration", "no task starts closer than this to the pilot's end", "5m"),
+    "drain_margin": _k("seconds", "no task starts closer than this to the pilot's end", "5m"),
     "max_pilots": _k("int", "pilots per shape", 1, minimum=1),
-    "scale_after": _k("duration", "wait before adding a pilot", "5m"),
-    "kill_grace": _k("duration", "SIGTERM to SIGKILL delay", "30s"),
+    "scale_after": _k("seconds", "wait before adding a pilot", "5m"),
+    "kill_grace": _k("seconds", "SIGTERM to SIGKILL delay", "30s"),
 }
 
 _COMMON: dict[str, Key] = {
@@ -155,6 +156,7 @@ _LOCAL: dict[str, Key] = {
     "tokens": _k("tokens", "counter tokens each job holds while it runs", {}),
     "disabled": _k("bool", "skip this group", False),
     "max_jobs": _k("int", "jobs run at once (default: cpu.cores, else the CPU count)", minimum=1),
+    "kill_grace": _k("seconds", "time between SIGTERM and SIGKILL when a job is cancelled", 10),
     **_RUNTIME,
 }
 
@@ -196,6 +198,14 @@ _SLURM: dict[str, Key] = {
         choices=("cancel", "report"),
     ),
     "fatal_reasons": _k("section", "adjust the fatal pending reasons", section="fatal_reasons"),
+    "max_requeues": _k("int", "extra attempts of a resumable task after a time limit or preemption", 3, minimum=0),
+    "resume_signal": _k(
+        "enum", "warning signal sent to resumable tasks before the time limit", "USR1",
+        choices=("USR1", "USR2", "TERM", "INT", "HUP", "ALRM", "CONT", "URG"),
+    ),
+    "resume_grace": _k("seconds", "how long before the time limit the warning comes (at most a quarter of it)", 120),
+    "lost_after": _k("seconds", "a job with no scheduler record and no exit record is LOST after this", 600),
+    "poll_max": _k("seconds", "longest interval between two status queries", 60),
 }
 
 _UNICORE_SITE: dict[str, Key] = {
@@ -254,11 +264,11 @@ _SSH: dict[str, Key] = {
     ),
     "proxy_jump": _k("str", "jump host ([user@]host[:port])"),
     "ssh_config": _k("bool", "use matching Host entries of ~/.ssh/config", True),
-    "keepalive_interval": _k("duration", "keepalive period", "15s"),
+    "keepalive_interval": _k("seconds", "keepalive period", "15s"),
     "keepalive_count_max": _k("int", "unanswered keepalives before disconnect", 3, minimum=1),
-    "connect_timeout": _k("duration", "connection timeout", "20s"),
-    "command_timeout": _k("duration", "timeout of one remote command", "60s"),
-    "reconnect_timeout": _k("duration", "give up reconnecting after", "10m"),
+    "connect_timeout": _k("seconds", "connection timeout", "20s"),
+    "command_timeout": _k("seconds", "timeout of one remote command", "60s"),
+    "reconnect_timeout": _k("seconds", "give up reconnecting after", "10m"),
     "max_channels": _k("int", "commands at once on the connection", 8, minimum=1),
     "login_shell": _k("bool", "run commands through bash -lc", False),
     "workdir": _k("str", "remote root of job directories", "~/.local/share/launchers"),

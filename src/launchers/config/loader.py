@@ -98,6 +98,12 @@ _Signature = tuple[tuple[int, int, int] | None, ...]
 _CACHE: dict[Path, tuple[_Signature, LaunchersConfig]] = {}
 _CACHE_LOCK = threading.Lock()
 _RESOLVED: dict[str, tuple[Path, Path, Path]] = {}
+#: The fast check of an unchanged configuration, per ``load_config`` argument: the
+#: (str path, mtime_ns, size) every call must find again, and the configuration they gave.
+#: Present files are checked themselves; absent sidecars through their directory, whose
+#: modification time changes when an entry is created in it (one stat for both).
+_Check = tuple[tuple[str, int, int], ...]
+_FAST: dict[str, tuple[_Check, LaunchersConfig]] = {}
 
 
 #: A file modified less than this long ago is also compared by content: on kernels with
@@ -118,6 +124,15 @@ def _stat(path: Path) -> tuple[int, int, int] | None:
         except OSError:
             pass
     return (st.st_mtime_ns, st.st_size, digest)
+
+
+def _stat_folder(path: Path) -> tuple[int, int, int] | None:
+    """(mtime_ns, size, 1 if modified within the racy window else 0) of a directory."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, int(time.time_ns() - st.st_mtime_ns < _RACY_NS))
 
 
 def _read_text(path: Path) -> str:
@@ -145,6 +160,21 @@ def load_config(config: Any = None) -> LaunchersConfig:
     # Experiment scripts call find_launcher(config=PATH) in loops: resolve a given argument
     # (or $LAUNCHERS_CONFIG) once, then only stat the files to see whether they changed.
     raw = os.fspath(config) if config is not None else os.environ.get(ENV_VAR) or None
+    if raw is not None:
+        fast = _FAST.get(raw)
+        if fast is not None:
+            checks, config_value = fast
+            stat = os.stat
+            try:
+                for name, mtime, size in checks:
+                    st = stat(name)
+                    if st.st_mtime_ns != mtime or st.st_size != size:
+                        break
+                else:
+                    return config_value
+            except OSError:
+                pass
+            _FAST.pop(raw, None)
     files = _RESOLVED.get(raw) if raw is not None else None
     if files is None:
         found = find_config_file(config)
@@ -155,6 +185,7 @@ def load_config(config: Any = None) -> LaunchersConfig:
         if raw is not None:
             _RESOLVED[raw] = files
     path, sidecars = files[0], files[1:]
+    folder = _stat_folder(path.parent)  # before the files: an entry created after is noticed
     signature = tuple(_stat(p) for p in files)
     if signature[0] is None:  # the file went away since it was resolved
         if raw is not None:
@@ -163,6 +194,7 @@ def load_config(config: Any = None) -> LaunchersConfig:
     with _CACHE_LOCK:
         hit = _CACHE.get(path)
         if hit is not None and hit[0] == signature:
+            _remember_fast(raw, files, folder, signature, hit[1])
             return hit[1]
     text = _read_text(path)
     connectors_text, tokens_text = (
@@ -178,7 +210,35 @@ def load_config(config: Any = None) -> LaunchersConfig:
     result = attrs.evolve(result, path=path)
     with _CACHE_LOCK:
         _CACHE[path] = (signature, result)
+    _remember_fast(raw, files, folder, signature, result)
     return result
+
+
+def _remember_fast(
+    raw: str | None,
+    files: tuple[Path, Path, Path],
+    folder: tuple[int, int, int] | None,
+    signature: _Signature,
+    result: LaunchersConfig,
+) -> None:
+    """Record the fast check of ``raw`` when every stat taken is old enough to be trusted
+    (a recently modified file or directory keeps the slow, content-comparing check)."""
+    if raw is None:
+        return
+    checks: list[tuple[str, int, int]] = []
+    absent = False
+    for p, sig in zip(files, signature, strict=True):
+        if sig is None:
+            absent = True
+        elif sig[2]:
+            return  # modified within the racy window
+        else:
+            checks.append((str(p), sig[0], sig[1]))
+    if absent:
+        if folder is None or folder[2]:
+            return
+        checks.append((str(files[0].parent), folder[0], folder[1]))
+    _FAST[raw] = (tuple(checks), result)
 
 
 def load_config_text(text: str, file: str | None = None) -> LaunchersConfig:
@@ -191,6 +251,7 @@ def clear_cache() -> None:
     with _CACHE_LOCK:
         _CACHE.clear()
         _RESOLVED.clear()
+        _FAST.clear()
 
 
 # ------------------------------------------------------------------------------------------
@@ -389,6 +450,11 @@ class _Builder:
                 fatal_pending=sec.get("fatal_pending", "cancel"),
                 fatal_reasons_add=self._fatal(sec, "add"),
                 fatal_reasons_remove=self._fatal(sec, "remove"),
+                max_requeues=sec.get("max_requeues"),
+                resume_signal=sec.get("resume_signal"),
+                resume_grace=sec.get("resume_grace"),
+                lost_after=sec.get("lost_after"),
+                poll_max=sec.get("poll_max"),
             )
         environment = self.environment(sec, kind)
         site = sec.get("site")
@@ -467,6 +533,7 @@ class _Builder:
             tokens=token_items,
             disabled=sec.get("disabled", False),
             max_jobs=sec.get("max_jobs"),
+            kill_grace=sec.get("kill_grace"),
             export=sec.get("export", "ALL"),
             env=tuple(sec.get("env", {}).items()),
             python=sec.get("python"),

@@ -189,6 +189,7 @@ class LocalGroup(GroupBase):
     export: str = "ALL"
     env: tuple[tuple[str, str], ...] = ()
     python: str | None = None
+    kill_grace: int | None = None  # seconds between SIGTERM and SIGKILL on cancel (10)
     implicit: bool = False  # the launcher describing this machine when no file exists
 
     @property
@@ -219,6 +220,12 @@ class SlurmGroup(GroupBase):
     fatal_pending: str = "cancel"  # cancel | report
     fatal_reasons_add: tuple[str, ...] = ()
     fatal_reasons_remove: tuple[str, ...] = ()
+    # requeue of resumable tasks and tracking (slurm-runtime.md §5, §9); None = the default
+    max_requeues: int | None = None  # 3
+    resume_signal: str | None = None  # USR1
+    resume_grace: int | None = None  # 120 s
+    lost_after: int | None = None  # 600 s
+    poll_max: int | None = None  # 60 s
 
     @property
     def kind(self) -> str:

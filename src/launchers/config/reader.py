@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import math
 import re
 from collections.abc import Callable
 from fractions import Fraction
@@ -302,6 +303,16 @@ class Reader:
             return _duration(raw)
         except UnitError as e:
             return self.problem(loc, path, str(e))
+
+    def _v_seconds(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
+        """A timing setting: a duration with a unit, or a bare number of seconds."""
+        if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+            return self.problem(loc, path, f"expected a duration such as 30s, found {describe(raw)}")
+        if isinstance(raw, (int, float)):
+            if raw < 0:
+                return self.problem(loc, path, f"{raw} is negative; write a duration such as 30s")
+            return math.ceil(raw)
+        return self._v_duration(spec, raw, path, loc)
 
     def _v_ratio(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
         bad = f"expected a number between 0 and 1, found {describe(raw)}"

@@ -14,8 +14,8 @@ import attrs
 
 from ..language.values import HostRequirement
 from .explain import Explanation
-from .hosts import Candidate, GroupIndex, Host, node_group_text
-from .match import Reason, fit, problems
+from .hosts import Candidate, GroupIndex, Host, HostRow, node_group_text
+from .match import Reason, assign_gpus, fit, problems
 
 #: A soundness step: (what, partition index, node group index); what is one of
 #: ``drop_partition``, ``drop_clauses``, ``exclude``, ``unsound``.
@@ -245,14 +245,86 @@ def select(
     return Selection(index=index, alt=alt, best=best, cores=cores, merge=found)
 
 
+def needed_cores(rows: tuple[HostRow, ...], alt: HostRequirement) -> tuple[int, ...]:
+    """``fit(alt, host)`` for every host row, inlined (the hot loop of ``find_launcher``)."""
+    duration = alt.duration
+    cpu = alt.cpu
+    want, memory = cpu.cores, cpu.memory
+    gpus = alt.cuda_gpus
+    n = len(gpus)
+    low_req = high_req = 0
+    requests: list[int] = []
+    if n:
+        requests = [g.memory for g in gpus]
+        nonzero = [r for r in requests if r]
+        if nonzero:
+            low_req, high_req = min(nonzero), max(nonzero)
+    out: list[int] = []
+    append = out.append
+    for maxd, min_gpu, hcores, hmem, mem_per_cpu, cpu_per_gpu, as_cores, nslots, low, high, uniform, slots in rows:
+        if (maxd and duration > maxd) or n < min_gpu or (hmem and memory > hmem):
+            append(-1)
+            continue
+        cores = want
+        if cpu_per_gpu and n and cpu_per_gpu * n > cores:
+            cores = cpu_per_gpu * n
+        if as_cores and memory:
+            if not mem_per_cpu:
+                append(-1)
+                continue
+            by_memory = -(-memory // mem_per_cpu)
+            if by_memory > cores:
+                cores = by_memory
+        if hcores and cores > hcores:
+            append(-1)
+            continue
+        if n:
+            if n > nslots:
+                append(-1)
+                continue
+            if uniform:
+                if high_req and (low_req < low or high_req > high):
+                    append(-1)
+                    continue
+            elif not assign_gpus(requests, slots):
+                append(-1)
+                continue
+        append(cores)
+    return tuple(out)
+
+
 def select_cached(index: GroupIndex, alt: HostRequirement, single_partition: bool = False) -> Selection | None:
-    """``select`` without explanation, remembered per group index (both are immutable)."""
-    key = (alt, single_partition)
-    memo = index.memo
-    try:
-        return memo[key]
-    except KeyError:
-        pass
-    result = select(index, alt, None, single_partition)
-    _remember(memo, key, result)
-    return result
+    """``select`` without explanation: the choice depends on the alternative only through
+    the cores needed on each host, so it is remembered per that vector (immutable index)."""
+    matcher = index.matcher
+    if matcher is None:
+        needed = needed_cores(index.rows, alt)
+    else:
+        gpus = alt.cuda_gpus
+        low_req = high_req = 0
+        requests: list[int] = []
+        if gpus:
+            requests = [g.memory for g in gpus]
+            nonzero = [r for r in requests if r]
+            if nonzero:
+                low_req, high_req = min(nonzero), max(nonzero)
+        cpu = alt.cpu
+        needed = matcher(alt.duration, len(gpus), cpu.cores, cpu.memory, low_req, high_req, requests)
+    key = (needed, single_partition)
+    memo = index.by_needed
+    found = memo.get(key, _MISSING)
+    if found is _MISSING:
+        sel = select(index, alt, None, single_partition)
+        found = None if sel is None else (sel.best, sel.cores, sel.merge)
+        if len(memo) >= _NEEDED_SIZE:
+            memo.clear()
+        memo[key] = found
+        return sel
+    if found is None:
+        return None
+    best, cores, merged = found
+    return Selection(index=index, alt=alt, best=best, cores=cores, merge=merged)
+
+
+_MISSING = object()
+_NEEDED_SIZE = 4096

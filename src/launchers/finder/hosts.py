@@ -125,7 +125,84 @@ class GroupIndex:
     by_key: dict[tuple[int, int, str | None, str | None], Candidate]
     by_combo: dict[tuple[str | None, str | None], tuple[Candidate, ...]]  # (QoS, account) -> candidates
     hosts: tuple[Host, ...]  # distinct hosts; candidates refer to them by ``hidx``
-    memo: dict[Any, Any] = attrs.field(factory=dict)  # finder.choose.select_cached
+    memo: dict[Any, Any] = attrs.field(factory=dict)  # finder.choose.select
+    #: ``hosts`` as plain tuples for the inlined matcher (``finder.choose.needed_cores``)
+    rows: tuple[HostRow, ...] = attrs.field(init=False)
+    #: (needed cores per host, single partition) -> (best, cores, merge), for ``select_cached``
+    by_needed: dict[Any, Any] = attrs.field(init=False, factory=dict)
+
+    #: ``rows`` compiled to one function (see ``compile_matcher``), ``None`` when too many
+    matcher: Callable[..., tuple[int, ...]] | None = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        rows = tuple(host_row(h) for h in self.hosts)
+        object.__setattr__(self, "rows", rows)
+        object.__setattr__(self, "matcher", compile_matcher(rows) if len(rows) <= MAX_COMPILED else None)
+
+
+#: (max_duration, min_gpu, cores, memory, mem_per_cpu, cpu_per_gpu, memory_as_cores,
+#: GPU count, uniform GPU min memory, uniform GPU memory, uniform?, GPU slots)
+HostRow = tuple[int, int, int, int, int, int, bool, int, int, int, bool, tuple[GPUSlot, ...]]
+
+
+#: Groups with more distinct hosts than this use the row loop (compiling would cost more).
+MAX_COMPILED = 256
+
+
+def _host_expression(i: int, row: HostRow) -> str:
+    """``fit`` for one host row as a Python expression with the host's numbers inlined."""
+    maxd, min_gpu, hcores, hmem, mem_per_cpu, cpu_per_gpu, as_cores, nslots, low, high, uniform, _ = row
+    conds: list[str] = []
+    if maxd:
+        conds.append(f"duration <= {int(maxd)}")
+    if min_gpu:
+        conds.append(f"n >= {int(min_gpu)}")
+    if hmem:
+        conds.append(f"memory <= {int(hmem)}")
+    conds.append(f"n <= {int(nslots)}")
+    if nslots:
+        if uniform:
+            conds.append(f"(not high_req or ({int(low)} <= low_req and high_req <= {int(high)}))")
+        else:
+            conds.append(f"(not n or assign(requests, SLOTS[{i}]))")
+    cores = "want"
+    if cpu_per_gpu:
+        cores = f"max({cores}, {int(cpu_per_gpu)} * n)"
+    if as_cores:
+        if mem_per_cpu:
+            cores = f"max({cores}, -(-memory // {int(mem_per_cpu)}))"
+        else:
+            conds.append("not memory")
+    if hcores:
+        conds.append(f"(c := {cores}) <= {int(hcores)}")
+        cores = "c"
+    return f"({cores} if {' and '.join(conds)} else -1)"
+
+
+def compile_matcher(rows: tuple[HostRow, ...]) -> Callable[..., tuple[int, ...]]:
+    """One function computing ``fit`` on every host at once, the host numbers inlined:
+    ``f(duration, n, want, memory, low_req, high_req, requests) -> cores or -1 per host``."""
+    from .match import assign_gpus
+
+    items = "".join(f"\n        {_host_expression(i, row)}," for i, row in enumerate(rows))
+    source = (
+        "def matcher(duration, n, want, memory, low_req, high_req, requests):\n"
+        f"    return ({items}\n    )\n"
+    )
+    namespace: dict[str, Any] = {"assign": assign_gpus, "SLOTS": tuple(r[11] for r in rows)}
+    exec(compile(source, "<launchers.finder host matcher>", "exec"), namespace)  # noqa: S102
+    return namespace["matcher"]  # type: ignore[no-any-return]
+
+
+def host_row(host: Host) -> HostRow:
+    """A host as the plain tuple the inlined matcher unpacks (no attribute lookups)."""
+    one = host.uniform_gpu
+    return (
+        host.max_duration, host.min_gpu, host.cores, host.memory, host.mem_per_cpu,
+        host.cpu_per_gpu, host.memory_as_cores, len(host.gpus),
+        one.min_memory if one is not None else 0, one.memory if one is not None else 0,
+        one is not None, host.gpus,
+    )  # fmt: skip
 
 
 def node_groups_of(partition: Partition) -> tuple[NodeGroup, ...]:

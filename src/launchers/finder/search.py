@@ -100,9 +100,18 @@ def _state(config: LaunchersConfig) -> _ConfigState:
     return _ConfigState(groups=groups, live=live)
 
 
+#: the last configuration searched and its state: scripts search one configuration in loops
+_LAST: list[Any] = [None, None]
+
+
 def config_state(config: LaunchersConfig) -> _ConfigState:
     """The cached ``_ConfigState`` of a configuration."""
-    return cached(config, "state", _state)
+    last = _LAST
+    if last[0] is config:
+        return last[1]  # type: ignore[no-any-return]
+    state = cached(config, "state", _state)
+    last[0], last[1] = config, state
+    return state  # type: ignore[no-any-return]
 
 
 def ordered_groups(config: LaunchersConfig) -> tuple[Group, ...]:
@@ -116,8 +125,9 @@ def _describe(group: Group) -> str:
 
 def slurm_options(group: SlurmGroup, alt: HostRequirement, sel: Selection) -> Any:
     """The sbatch options of a selection (finder.md §5 "Output options")."""
-    from ..slurm.options import SlurmOptions
-
+    options_class = _OPTIONS_CLASS
+    if options_class is None:
+        options_class = _options_class()
     ngpus = len(alt.cuda_gpus)
     gres = gpus = None
     if ngpus:
@@ -126,20 +136,37 @@ def slurm_options(group: SlurmGroup, alt: HostRequirement, sel: Selection) -> An
         else:
             gpus = ngpus
     mem = None
-    if alt.cpu.memory and group.use_memory_constraint:
-        mem = f"{mib_ceil(alt.cpu.memory)}M"
-    return SlurmOptions(
-        partition=",".join(sel.partitions),
-        constraint=sel.constraint,
+    memory = alt.cpu.memory
+    if memory and group.use_memory_constraint:
+        mem = f"{mib_ceil(memory)}M"
+    merged = sel.merge
+    best = sel.best
+    exclude = merged.exclude
+    duration = alt.duration
+    return options_class(
+        partition=",".join(merged.partitions),
+        constraint=merged.constraint,
         gpus_per_node=gpus,
         gres=gres,
         cpus_per_task=sel.cores,
         mem=mem,
-        time=slurm_time(alt.duration) if alt.duration else None,
-        qos=sel.best.qos_name,
-        account=sel.best.account,
-        exclude=",".join(sel.exclude) if sel.exclude else None,
+        time=slurm_time(duration) if duration else None,
+        qos=best.qos_name,
+        account=best.account,
+        exclude=",".join(exclude) if exclude else None,
     )
+
+
+_OPTIONS_CLASS: Any = None
+
+
+def _options_class() -> Any:
+    """``SlurmOptions``, imported on first use (the finder does not need Slurm otherwise)."""
+    global _OPTIONS_CLASS
+    from ..slurm.options import SlurmOptions
+
+    _OPTIONS_CLASS = SlurmOptions
+    return SlurmOptions
 
 
 def selection_lines(index: int, alt: HostRequirement, sel: Selection) -> list[str]:
@@ -196,6 +223,20 @@ class _LazyLines:
 
 def _slurm_launcher(group: SlurmGroup, index: int, alt: HostRequirement, sel: Selection, lines: Iterable[str]) -> Launcher:
     options = slurm_options(group, alt, sel)
+    cls = _LAUNCHER_CLASSES.get(group.__class__)
+    if cls is None:
+        cls = _launcher_class(group)
+        _LAUNCHER_CLASSES[group.__class__] = cls
+    return cls(  # type: ignore[no-any-return]
+        group=group, options=options, alternative=index, requirement=alt, hosts=sel.merge.hosts,
+        why=lines,
+    )  # fmt: skip
+
+
+_LAUNCHER_CLASSES: dict[type, Any] = {}
+
+
+def _launcher_class(group: SlurmGroup) -> Any:
     cls: Any
     if isinstance(group, UnicoreGroup):
         from ..remote.unicore import UnicoreLauncher as cls
@@ -203,11 +244,7 @@ def _slurm_launcher(group: SlurmGroup, index: int, alt: HostRequirement, sel: Se
         from ..remote.firecrest import FirecrestLauncher as cls
     else:
         from ..slurm.launcher import SlurmLauncher as cls
-    hosts = sel.hosts
-    return cls(
-        group=group, options=options, alternative=index, requirement=alt, hosts=hosts,
-        why=lines,
-    )  # fmt: skip
+    return cls
 
 
 def _batched(group: Group, launcher: Launcher) -> Launcher:
@@ -338,6 +375,31 @@ class LauncherNotFound(LauncherNotFoundError):
 
 
 _FOUND_SIZE = 4096
+_VALUE_TYPES = (HostRequirement, RequirementUnion)
+_NO_TAGS: frozenset[str] = frozenset()
+
+
+def _canonical(alt: HostRequirement) -> Any:
+    """A cheap memo key equal for equal alternatives (hashing attrs values costs more)."""
+    if alt.__class__ is not HostRequirement:
+        return alt
+    cpu = alt.cpu
+    gpus = alt.cuda_gpus
+    return (alt.duration, cpu.memory, cpu.cores, tuple([g.memory for g in gpus]) if gpus else ())
+
+
+def _search_quietly(
+    alternatives: Sequence[HostRequirement], groups: tuple[Group, ...], tags: frozenset[str]
+) -> Launcher | None:
+    """``search`` without explanation, as ``find_launcher`` runs it."""
+    if tags:
+        groups = tuple(g for g in groups if tags & set(g.tags))
+    for i, alt in enumerate(alternatives):
+        for group in groups:
+            launcher = _try_group(group, i, alt, None)
+            if launcher is not None:
+                return _batched(group, launcher) if group.batch is not None else launcher
+    return None
 
 
 def find_launcher(
@@ -349,14 +411,17 @@ def find_launcher(
     """The launcher for the first alternative some group can run (groups by weight).
 
     Raises ``LauncherNotFoundError`` explaining every rejection, or returns ``default``."""
-    alternatives = requirements_of(requirements)
-    cfg = config_of(config)
-    tagset = _tags_of(tags)
-    state = config_state(cfg)
-    key = (alternatives, tagset)
+    if len(requirements) == 1 and requirements[0].__class__ in _VALUE_TYPES:
+        alternatives = requirements[0].requirements  # type: ignore[union-attr]
+    else:
+        alternatives = requirements_of(requirements)
+    cfg = config if config.__class__ is LaunchersConfig else config_of(config)  # type: ignore[arg-type]
+    tagset = _NO_TAGS if tags is None or (tags.__class__ is tuple and not tags) else _tags_of(tags)
+    state = config_state(cfg)  # type: ignore[arg-type]
+    key = (tuple([_canonical(a) for a in alternatives]), tagset)
     launcher = state.found.get(key, _MISSING)
     if launcher is _MISSING:
-        launcher = search(alternatives, cfg, tagset).launcher
+        launcher = _search_quietly(alternatives, state.groups, tagset)
         if not state.live:  # immutable configuration and requirement: the answer is too
             if len(state.found) >= _FOUND_SIZE:
                 state.found.clear()

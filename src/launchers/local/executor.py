@@ -351,7 +351,10 @@ class DirectExecutor(Executor):
             if proc is None:
                 continue  # not started yet: dispatch sees cancel_requested
             self._signal(proc, signal.SIGTERM)
-            asyncio.get_running_loop().call_later(self.kill_grace, self._kill_if_alive, proc)
+            grace = getattr(getattr(job.launcher, "group", None), "kill_grace", None)
+            asyncio.get_running_loop().call_later(
+                self.kill_grace if grace is None else float(grace), self._kill_if_alive, proc
+            )
 
     @staticmethod
     def _signal(proc: ProcessId, sig: signal.Signals) -> None:

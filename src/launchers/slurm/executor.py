@@ -163,6 +163,9 @@ class SlurmExecutor(Executor):
         self.group = getattr(launcher, "group", None)
         self._connector: Connector | None = None
         self.fast_interval = 1.0 if self.connector_name == "local" else None
+        group_poll_max = getattr(self.group, "poll_max", None)
+        if group_poll_max:
+            self.poll_max = float(group_poll_max)
         source = str(getattr(self.group, "status_source", "auto") or "auto").lower()
         if source not in ("auto", "sacct", "squeue"):
             raise LaunchersError(f"status_source: {source!r} is not auto, sacct or squeue")

@@ -19,7 +19,9 @@ from ..launcher import Launcher
 from .options import SlurmOptions, normalize_options, option_names, unknown_option_error
 
 #: Launcher-level settings ``config()`` accepts besides the sbatch options.
-LAUNCHER_SETTINGS = ("sbatch_options", "export", "env", "python")
+LAUNCHER_SETTINGS = (
+    "sbatch_options", "export", "env", "python", "max_requeues", "resume_signal", "resume_grace",
+)
 
 
 def _to_options(value: SlurmOptions | Mapping[str, Any] | None) -> SlurmOptions:
@@ -55,6 +57,10 @@ class SlurmLikeLauncher(Launcher):
     export: str | None = None  # None: the group's
     env: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
     python: str | None = None
+    #: requeue settings of resumable tasks (slurm-runtime.md §9); None: the group's, else defaults
+    max_requeues: int | None = None
+    resume_signal: str | None = None
+    resume_grace: int | None = None
     #: the hosts of the merged candidates (what a job may land on), for batching's slots=auto
     hosts: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
     #: why the finder chose this, formatted when read (see ``explanation``)
@@ -116,6 +122,12 @@ class SlurmLikeLauncher(Launcher):
                 changes["export"] = None if value is None else str(value).upper()
             elif name in ("env", "python"):
                 changes[name] = value
+            elif name in ("max_requeues", "resume_grace"):
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                    raise ConfigurationError(f"{name} must be a whole number >= 0, not {value!r}", key=name)
+                changes[name] = value
+            elif name == "resume_signal":
+                changes[name] = None if value is None else str(value).upper().removeprefix("SIG")
             else:
                 raise unknown_option_error(name, known + LAUNCHER_SETTINGS)
         if option_changes:

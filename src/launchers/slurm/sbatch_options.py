@@ -200,6 +200,11 @@ def check_sbatch_options(
             )
         if key in FLAG_OPTIONS:
             raise ScriptError(f"{where}: {name!r} is a flag; write true, not {value!r}")
+        if any(c in value for c in "\n\r\0"):
+            raise ScriptError(
+                f"{where}: the value of {name!r} holds a newline, carriage return or NUL, which would "
+                "start a directive of its own in the sbatch script"
+            )
         out.append((key, value))
     return tuple(out)
 
