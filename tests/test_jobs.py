@@ -135,3 +135,14 @@ def test_submit_needs_experiment_and_launcher(tmp_path: Path) -> None:
         t.submit(DirectLauncher())
     with launchers.experiment(tmp_path), pytest.raises(LaunchersError, match="no launcher"):
         t.submit()
+
+
+def test_relative_cwd_is_refused() -> None:
+    """A relative cwd would be resolved on the node, not where the experiment started."""
+    import pytest
+
+    from launchers import TaskError, command
+
+    with pytest.raises(TaskError, match="relative"):
+        command(["true"], cwd="data")
+    assert command(["true"], cwd="/tmp").cwd == "/tmp"

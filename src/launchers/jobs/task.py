@@ -162,6 +162,12 @@ def _check_cwd(cwd: str | os.PathLike[str] | None) -> str | None:
     text = os.fspath(cwd)
     if not text or "\0" in text:
         raise TaskError(f"cwd: {text!r} is not a usable directory")
+    if not text.startswith("/"):
+        # relative to what? the job runs elsewhere (another directory, node or host)
+        raise TaskError(
+            f"cwd: {text!r} is relative; give an absolute path (the job does not run where "
+            "the experiment was started), or leave it out to run in the job directory"
+        )
     return text
 
 
