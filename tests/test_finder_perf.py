@@ -72,7 +72,7 @@ _CONFIG = """
 slurm:
   - id: c
     configuration: {gpu: {min_mem_ratio: 0.4}}
-    features_regex: ['GPU(?P<cuda_count>\\\\d+)', 'GPUM(?P<cuda_memory>\\\\d+G)']
+    features_regex: ['GPU(?P<cuda_count>\\d+)', 'GPUM(?P<cuda_memory>\\d+G)']
     partitions:
       a:
         configuration: {max_duration: 2 days, cpu: {cores: 16}}

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -42,13 +43,28 @@ def _int(text: str) -> int | None:
         return None
 
 
+class SlurmQueryFailed(Exception):
+    """sacct kept failing: the server answers 500 (Unexpected Slurm command response)."""
+
+    def __init__(self, code: int, stderr: str) -> None:
+        super().__init__(f"Unexpected Slurm command response. exit_status:{code} std_err:{stderr}")
+
+
 def query_jobs(ids: Sequence[str]) -> dict[str, SlurmRow]:
     """State of Slurm jobs: sacct, with squeue for jobs sacct does not show yet."""
     out: dict[str, SlurmRow] = {}
     if not ids:
         return out
-    r = run_slurm(["sacct", "--noheader", "--parsable2", "--allocations", f"--format={SACCT_FIELDS}",
-                   "--jobs=" + ",".join(ids)])
+    argv = ["sacct", "--noheader", "--parsable2", "--allocations", f"--format={SACCT_FIELDS}", "--jobs=" + ",".join(ids)]
+    r = run_slurm(argv)
+    for _ in range(3):  # slurmdbd busy (the shared CI cluster): a failed query is not "no such job"
+        if r.returncode == 0:
+            break
+        time.sleep(0.3)
+        r = run_slurm(argv)
+    if r.returncode != 0:
+        # as the real servers do: a failed Slurm query is an error, never "no such job"
+        raise SlurmQueryFailed(r.returncode, r.stderr.strip())
     if r.returncode == 0:
         for line in r.stdout.splitlines():
             parts = line.split("|")

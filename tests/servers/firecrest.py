@@ -22,7 +22,15 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from .common import LoopbackServer, Request, Response, query_jobs, run_slurm, slurm_final
+from .common import (
+    LoopbackServer,
+    Request,
+    Response,
+    SlurmQueryFailed,
+    query_jobs,
+    run_slurm,
+    slurm_final,
+)
 
 APP_VERSION = "2.6.0"
 KID = "launchers-test-key"
@@ -209,6 +217,12 @@ class FirecrestServer(LoopbackServer):
     # -- compute -------------------------------------------------------------------------------
 
     def compute(self, req: Request, jid: str | None, user: str) -> Response:
+        try:
+            return self._compute(req, jid, user)
+        except SlurmQueryFailed as e:
+            return self.error(500, str(e))
+
+    def _compute(self, req: Request, jid: str | None, user: str) -> Response:
         if jid is None and req.method == "POST":
             return self.submit(req)
         if jid is None and req.method == "GET":

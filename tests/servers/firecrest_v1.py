@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from .common import Request, Response, query_jobs, run_slurm, slurm_final
+from .common import Request, Response, SlurmQueryFailed, query_jobs, run_slurm, slurm_final
 from .firecrest import FirecrestServer
 
 
@@ -106,7 +106,10 @@ class FirecrestV1Server(FirecrestServer):
             ids = [i for i in (req.query.get("jobs") or "").split(",") if i]
             with self.lock:
                 ids = [i for i in (ids or list(self.jobs)) if i in self.jobs]
-            rows = query_jobs(ids)
+            try:
+                rows = query_jobs(ids)
+            except SlurmQueryFailed as e:
+                return self.error(500, str(e))
             data = [{"jobid": r["id"], "name": r.get("name", ""), "state": r["state"], "nodelist": r.get("nodes", ""),
                      "partition": r.get("partition", ""), "start_time": str(r.get("start") or ""),
                      "time": str(r.get("elapsed") or 0), "time_left": "", "user": user}
@@ -114,7 +117,10 @@ class FirecrestV1Server(FirecrestServer):
             return self.task(user, data, code=200)
         if req.path.startswith("/compute/jobs/") and req.method == "DELETE":
             jid = req.path.rsplit("/", 1)[-1]
-            row = query_jobs([jid]).get(jid)
+            try:
+                row = query_jobs([jid]).get(jid)
+            except SlurmQueryFailed as e:
+                return self.error(500, str(e))
             if jid not in self.jobs or row is None or slurm_final(str(row["state"])):
                 return self.task(user, f"scancel: error: Kill job error on job id {jid}: Job/step already "
                                        "completing or completed", status="400", description="Failed", code=200)

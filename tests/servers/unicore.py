@@ -19,7 +19,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .common import LoopbackServer, Request, Response, query_jobs, run_slurm, slurm_final
+from .common import (
+    LoopbackServer,
+    Request,
+    Response,
+    SlurmQueryFailed,
+    query_jobs,
+    run_slurm,
+    slurm_final,
+)
 
 SIZE_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 TIME_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
@@ -304,7 +312,10 @@ class UnicoreServer(LoopbackServer):
     def refresh(self, job: UJob) -> None:
         if job.bss_id == "N/A" or job.status in ("SUCCESSFUL", "FAILED"):
             return
-        row = query_jobs([job.bss_id]).get(job.bss_id)
+        try:
+            row = query_jobs([job.bss_id]).get(job.bss_id)
+        except SlurmQueryFailed:
+            return  # as UNICORE's batch adapter: keep the last known status, ask again later
         if row is None:
             return
         state = str(row["state"])

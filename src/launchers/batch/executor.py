@@ -204,8 +204,13 @@ def _pilot_slurm_launcher(inner: Any, batch: BatchLauncher, res: Resources, slot
         changes["gpus_per_node"] = res.gpus * slots
     launcher = inner.config(**changes)
     if isinstance(launcher, SlurmLauncher):
+        warning = {"max_requeues": 0, "resume_signal": "USR1", "resume_grace": max(1, int(batch.drain_margin))}
+        names = {f.name for f in attrs.fields(type(launcher))}
+        if set(warning) <= names:  # the launcher carries these settings itself
+            return attrs.evolve(launcher, **warning)
         fields = {f.name: getattr(launcher, f.name) for f in attrs.fields(type(launcher)) if f.init}
-        return PilotSlurmLauncher(**fields, resume_grace=max(1, int(batch.drain_margin)))
+        fields.update(warning)
+        return PilotSlurmLauncher(**fields)
     return launcher
 
 

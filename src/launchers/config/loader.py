@@ -151,6 +151,20 @@ def _read_text(path: Path) -> str:
 def load_config(config: Any = None) -> LaunchersConfig:
     """Load the configuration named by ``config`` (file, directory, ``LaunchersConfig``) or
     found on the search path; an empty ``LaunchersConfig`` when there is none."""
+    if config.__class__ is str:  # the common call in loops: check the fast entry first
+        fast = _FAST.get(config)
+        if fast is not None:
+            checks, config_value = fast
+            stat = os.stat
+            try:
+                for name, mtime, size in checks:
+                    st = stat(name)
+                    if st.st_mtime_ns != mtime or st.st_size != size:
+                        break
+                else:
+                    return config_value
+            except OSError:
+                pass
     if isinstance(config, LaunchersConfig):
         return config
     if config is not None and not isinstance(config, (str, os.PathLike)):

@@ -33,6 +33,8 @@ class Merge:
     exclude: tuple[str, ...]
     events: tuple[Event, ...]
     hosts: tuple[Host, ...]  # what the job may land on (distinct), for batching's slots=auto
+    #: sbatch options already built from this merge (``finder.search``; options are values)
+    options: dict[object, object] = attrs.field(factory=dict, init=False, repr=False)
 
 
 @attrs.frozen(eq=False)
@@ -219,7 +221,17 @@ def select(
     single_partition: bool = False,
 ) -> Selection | None:
     """The launcher choice of one group for one alternative, or ``None`` if nothing matches."""
-    needed = [fit(alt, host) for host in index.hosts]
+    return _select(index, alt, [fit(alt, host) for host in index.hosts], explain, single_partition)
+
+
+def _select(
+    index: GroupIndex,
+    alt: HostRequirement,
+    needed: list[int] | tuple[int, ...],
+    explain: Explanation | None,
+    single_partition: bool,
+) -> Selection | None:
+    """``select`` once the cores needed on every host (``fit``) are known."""
     ok = [n >= 0 for n in needed]
     if explain is not None:
         results = [problems(alt, host, first_only=False) for host in index.hosts]
@@ -293,9 +305,12 @@ def needed_cores(rows: tuple[HostRow, ...], alt: HostRequirement) -> tuple[int, 
     return tuple(out)
 
 
-def select_cached(index: GroupIndex, alt: HostRequirement, single_partition: bool = False) -> Selection | None:
-    """``select`` without explanation: the choice depends on the alternative only through
-    the cores needed on each host, so it is remembered per that vector (immutable index)."""
+def choice(
+    index: GroupIndex, alt: HostRequirement, single_partition: bool = False
+) -> tuple[Candidate, int, Merge] | None:
+    """(best candidate, --cpus-per-task, merge) of ``select``, or ``None``: the choice depends
+    on the alternative only through the cores needed on each host, so it is remembered per
+    that vector (the index is immutable)."""
     matcher = index.matcher
     if matcher is None:
         needed = needed_cores(index.rows, alt)
@@ -305,21 +320,29 @@ def select_cached(index: GroupIndex, alt: HostRequirement, single_partition: boo
         requests: list[int] = []
         if gpus:
             requests = [g.memory for g in gpus]
-            nonzero = [r for r in requests if r]
-            if nonzero:
-                low_req, high_req = min(nonzero), max(nonzero)
+            if 0 in requests:
+                nonzero = [r for r in requests if r]
+                if nonzero:
+                    low_req, high_req = min(nonzero), max(nonzero)
+            else:
+                low_req, high_req = min(requests), max(requests)
         cpu = alt.cpu
         needed = matcher(alt.duration, len(gpus), cpu.cores, cpu.memory, low_req, high_req, requests)
     key = (needed, single_partition)
     memo = index.by_needed
     found = memo.get(key, _MISSING)
     if found is _MISSING:
-        sel = select(index, alt, None, single_partition)
+        sel = _select(index, alt, needed, None, single_partition)
         found = None if sel is None else (sel.best, sel.cores, sel.merge)
         if len(memo) >= _NEEDED_SIZE:
             memo.clear()
         memo[key] = found
-        return sel
+    return found
+
+
+def select_cached(index: GroupIndex, alt: HostRequirement, single_partition: bool = False) -> Selection | None:
+    """``select`` without explanation, through the memo of ``choice``."""
+    found = choice(index, alt, single_partition)
     if found is None:
         return None
     best, cores, merged = found

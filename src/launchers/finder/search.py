@@ -22,9 +22,9 @@ from ..errors import LauncherNotFoundError, LaunchersError, RequirementSyntaxErr
 from ..language.values import HostRequirement, RequirementUnion
 from ..launcher import Launcher
 from ..units import mib_ceil, slurm_time
-from .choose import Selection, select, select_cached
+from .choose import Merge, Selection, choice, select
 from .explain import Explanation
-from .hosts import cached, cached_local_host, group_index
+from .hosts import Candidate, GroupIndex, cached, cached_local_host, group_index
 from .match import fit, problems
 
 _MISSING: Any = object()
@@ -72,9 +72,20 @@ def config_of(config: LaunchersConfig | str | os.PathLike[str] | None) -> Launch
     """The configuration to search: a loaded one, a path, or the default search path."""
     if isinstance(config, LaunchersConfig):
         return config
-    from ..config.loader import load_config
+    global _LOAD_CONFIG
+    load = _LOAD_CONFIG
+    if load is None:
+        from ..config.loader import load_config as load
 
-    return load_config(config)  # checks the type, and caches by the argument
+        _LOAD_CONFIG = load
+    if config is not None and config.__class__ is not str and isinstance(config, os.PathLike):
+        text = os.fspath(config)
+        if text.__class__ is str:
+            config = text  # a str argument takes load_config's fastest path
+    return load(config)  # checks the type, and caches by the argument
+
+
+_LOAD_CONFIG: Any = None
 
 
 def _ordered_groups(config: LaunchersConfig) -> tuple[Group, ...]:
@@ -92,6 +103,9 @@ class _ConfigState:
     groups: tuple[Group, ...]
     live: bool  # a group queries Slurm at search time: results cannot be remembered
     found: dict[Any, Any] = attrs.field(factory=dict)
+    #: id(group) -> (group index, single partition, launcher class), or False for groups
+    #: searched the plain way (local, query_slurm); filled as groups are first tried
+    plans: dict[int, Any] = attrs.field(factory=dict)
 
 
 def _state(config: LaunchersConfig) -> _ConfigState:
@@ -108,10 +122,10 @@ def config_state(config: LaunchersConfig) -> _ConfigState:
     """The cached ``_ConfigState`` of a configuration."""
     last = _LAST
     if last[0] is config:
-        return last[1]  # type: ignore[no-any-return]
+        return last[1]
     state = cached(config, "state", _state)
     last[0], last[1] = config, state
-    return state  # type: ignore[no-any-return]
+    return state
 
 
 def ordered_groups(config: LaunchersConfig) -> tuple[Group, ...]:
@@ -125,6 +139,10 @@ def _describe(group: Group) -> str:
 
 def slurm_options(group: SlurmGroup, alt: HostRequirement, sel: Selection) -> Any:
     """The sbatch options of a selection (finder.md §5 "Output options")."""
+    return _options(group, alt, sel.best, sel.cores, sel.merge)
+
+
+def _options(group: SlurmGroup, alt: HostRequirement, best: Candidate, cores: int, merged: Merge) -> Any:
     options_class = _OPTIONS_CLASS
     if options_class is None:
         options_class = _options_class()
@@ -139,8 +157,6 @@ def slurm_options(group: SlurmGroup, alt: HostRequirement, sel: Selection) -> An
     memory = alt.cpu.memory
     if memory and group.use_memory_constraint:
         mem = f"{mib_ceil(memory)}M"
-    merged = sel.merge
-    best = sel.best
     exclude = merged.exclude
     duration = alt.duration
     return options_class(
@@ -148,7 +164,7 @@ def slurm_options(group: SlurmGroup, alt: HostRequirement, sel: Selection) -> An
         constraint=merged.constraint,
         gpus_per_node=gpus,
         gres=gres,
-        cpus_per_task=sel.cores,
+        cpus_per_task=cores,
         mem=mem,
         time=slurm_time(duration) if duration else None,
         qos=best.qos_name,
@@ -206,34 +222,52 @@ def unmerged_lines(sel: Selection) -> list[str]:
     return out
 
 
-@attrs.frozen(eq=False)
 class _LazyLines:
     """The explanation of a choice, formatted only when read (finding stays fast)."""
 
-    group: Group
-    index: int
-    alt: HostRequirement
-    sel: Selection
+    __slots__ = ("alt", "chosen", "gindex", "group", "index")
+
+    def __init__(
+        self, group: Group, index: int, alt: HostRequirement, gindex: GroupIndex, chosen: tuple[Candidate, int, Merge]
+    ) -> None:
+        self.group, self.index, self.alt, self.gindex, self.chosen = group, index, alt, gindex, chosen
 
     def __iter__(self) -> Any:
-        lines = selection_lines(self.index, self.alt, self.sel)
+        best, cores, merged = self.chosen
+        sel = Selection(index=self.gindex, alt=self.alt, best=best, cores=cores, merge=merged)
+        lines = selection_lines(self.index, self.alt, sel)
         lines[0] = f"{_describe(self.group)}: {lines[0]}"
         return iter(lines)
 
 
-def _slurm_launcher(group: SlurmGroup, index: int, alt: HostRequirement, sel: Selection, lines: Iterable[str]) -> Launcher:
-    options = slurm_options(group, alt, sel)
-    cls = _LAUNCHER_CLASSES.get(group.__class__)
-    if cls is None:
-        cls = _launcher_class(group)
-        _LAUNCHER_CLASSES[group.__class__] = cls
-    return cls(  # type: ignore[no-any-return]
-        group=group, options=options, alternative=index, requirement=alt, hosts=sel.merge.hosts,
-        why=lines,
+def _slurm_launcher(
+    cls: Any, group: SlurmGroup, gindex: GroupIndex, index: int, alt: HostRequirement, chosen: tuple[Candidate, int, Merge]
+) -> Launcher:
+    best, cores, merged = chosen
+    # the options depend on the alternative only through these (the group is the merge's)
+    key = (best, cores, len(alt.cuda_gpus), alt.cpu.memory, alt.duration)
+    memo = merged.options
+    options = memo.get(key)
+    if options is None:
+        options = _options(group, alt, best, cores, merged)
+        if len(memo) >= _OPTIONS_SIZE:
+            memo.clear()
+        memo[key] = options
+    return cls(
+        group=group, options=options, alternative=index,
+        requirement=alt, hosts=merged.hosts, why=_LazyLines(group, index, alt, gindex, chosen),
     )  # fmt: skip
 
 
-_LAUNCHER_CLASSES: dict[type, Any] = {}
+_OPTIONS_SIZE = 256
+
+
+def _plan(group: Group) -> Any:
+    """How ``find_launcher`` tries a group: (index, single partition, launcher class) for a
+    Slurm-like group with a fixed description, ``False`` for the others."""
+    if isinstance(group, LocalGroup) or group.query_slurm:
+        return False
+    return (group_index(group), isinstance(group, UnicoreGroup), _launcher_class(group))
 
 
 def _launcher_class(group: SlurmGroup) -> Any:
@@ -297,24 +331,25 @@ def _try_group(
     if group.query_slurm:
         group = _refresh(group)
     gindex = group_index(group)
-    local = Explanation()
-    if explain is not None:
-        explain.add(f"{_describe(group)}:", 1)
     single = isinstance(group, UnicoreGroup)
-    sel = select(gindex, alt, local, single) if explain is not None else select_cached(gindex, alt, single)
+    if explain is None:
+        chosen = choice(gindex, alt, single)
+        if chosen is None:
+            return None
+        return _slurm_launcher(_launcher_class(group), group, gindex, index, alt, chosen)
+    local = Explanation()
+    explain.add(f"{_describe(group)}:", 1)
+    sel = select(gindex, alt, local, single)
     if sel is None:
-        if explain is not None:
-            explain.lines.extend(local.lines)
-            explain.add("no partition matches", 2)
+        explain.lines.extend(local.lines)
+        explain.add("no partition matches", 2)
         return None
-    if explain is not None:
-        for line in selection_lines(index, alt, sel):
-            explain.add(line, 2)
-        for line in unmerged_lines(sel):
-            explain.add(line, 2)
-        explain.lines.extend(local.lines)  # the other candidates, for --explain
-    lines = _LazyLines(group, index, alt, sel)
-    return _slurm_launcher(group, index, alt, sel, lines)
+    for line in selection_lines(index, alt, sel):
+        explain.add(line, 2)
+    for line in unmerged_lines(sel):
+        explain.add(line, 2)
+    explain.lines.extend(local.lines)  # the other candidates, for --explain
+    return _slurm_launcher(_launcher_class(group), group, gindex, index, alt, (sel.best, sel.cores, sel.merge))
 
 
 def search(
@@ -389,16 +424,29 @@ def _canonical(alt: HostRequirement) -> Any:
 
 
 def _search_quietly(
-    alternatives: Sequence[HostRequirement], groups: tuple[Group, ...], tags: frozenset[str]
+    alternatives: Sequence[HostRequirement], state: _ConfigState, tags: frozenset[str]
 ) -> Launcher | None:
-    """``search`` without explanation, as ``find_launcher`` runs it."""
+    """``search`` without explanation, as ``find_launcher`` runs it (same order, same answer)."""
+    groups = state.groups
     if tags:
         groups = tuple(g for g in groups if tags & set(g.tags))
+    plans = state.plans
     for i, alt in enumerate(alternatives):
         for group in groups:
-            launcher = _try_group(group, i, alt, None)
-            if launcher is not None:
-                return _batched(group, launcher) if group.batch is not None else launcher
+            plan = plans.get(id(group))  # state.groups keeps every group alive: ids are stable
+            if plan is None:
+                plan = plans[id(group)] = _plan(group)
+            if plan is False:
+                launcher = _try_group(group, i, alt, None)
+                if launcher is None:
+                    continue
+            else:
+                gindex, single, cls = plan
+                chosen = choice(gindex, alt, single)
+                if chosen is None:
+                    continue
+                launcher = _slurm_launcher(cls, group, gindex, i, alt, chosen)  # type: ignore[arg-type]  # a plan is only made for Slurm-like groups
+            return _batched(group, launcher) if group.batch is not None else launcher
     return None
 
 
@@ -412,16 +460,16 @@ def find_launcher(
 
     Raises ``LauncherNotFoundError`` explaining every rejection, or returns ``default``."""
     if len(requirements) == 1 and requirements[0].__class__ in _VALUE_TYPES:
-        alternatives = requirements[0].requirements  # type: ignore[union-attr]
+        alternatives = requirements[0].requirements
     else:
         alternatives = requirements_of(requirements)
-    cfg = config if config.__class__ is LaunchersConfig else config_of(config)  # type: ignore[arg-type]
+    cfg = config if config.__class__ is LaunchersConfig else config_of(config)
     tagset = _NO_TAGS if tags is None or (tags.__class__ is tuple and not tags) else _tags_of(tags)
-    state = config_state(cfg)  # type: ignore[arg-type]
+    state = config_state(cfg)
     key = (tuple([_canonical(a) for a in alternatives]), tagset)
     launcher = state.found.get(key, _MISSING)
     if launcher is _MISSING:
-        launcher = _search_quietly(alternatives, state.groups, tagset)
+        launcher = _search_quietly(alternatives, state, tagset)
         if not state.live:  # immutable configuration and requirement: the answer is too
             if len(state.found) >= _FOUND_SIZE:
                 state.found.clear()

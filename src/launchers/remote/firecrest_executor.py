@@ -26,7 +26,7 @@ from ..config.model import FirecrestSite
 from ..errors import AuthenticationError, LaunchersError, SubmissionError
 from ..fsutil import atomic_write_text
 from ..jobs.executor import Executor, StateUpdate
-from ..jobs.record import RcRecord, now_iso, parse_rc
+from ..jobs.record import now_iso
 from ..jobs.state import JobState
 from ..slurm.states import UnknownStateWarner, cancel_reason, map_state
 from ..units import format_size
@@ -41,12 +41,19 @@ from .http import (
     task_payload,
     with_retries,
 )
+from .outputs import RemoteOutputs
 
 if TYPE_CHECKING:
     from ..jobs.job import Job
     from ..jobs.record import StateRecord
     from ..jobs.task import Task
     from ..launcher import Launcher
+
+#: a crashed submission is looked up by name for up to this long before giving up (seconds)
+RECONCILE_PATIENCE = 300.0
+RECONCILE_FIRST_RETRY = 2.0
+#: lookups by name, 2 s apart, for a job that evidently started but is not listed yet
+RECONCILE_NAME_LAG_TRIES = 30
 
 log = logging.getLogger("launchers.remote")
 
@@ -55,7 +62,6 @@ RATE_LIMIT_RETRIES = 10
 NOT_VISIBLE_GRACE = 60.0
 MANTIK_ID = "MANTIK_FIRECREST_CLIENT_ID"
 MANTIK_SECRET = "MANTIK_FIRECREST_CLIENT_SECRET"
-OUTPUTS = ("job.out", "job.err")
 DEFAULT_MAX_OPS = 5 * 1024 * 1024
 #: sbatch errors (in a 500 answer) that mean "not accepted, try again" (slurm-runtime.md §4)
 SLURM_TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "temporarily unable to accept job")
@@ -140,7 +146,7 @@ def _auth_class() -> Any:
     return Auth
 
 
-class FirecrestExecutor(Executor):
+class FirecrestExecutor(RemoteOutputs, Executor):
     """Submits, follows and cancels jobs on one firecREST machine."""
 
     kind = "firecrest"
@@ -274,31 +280,55 @@ class FirecrestExecutor(Executor):
                 "client_id_env": s.client_id_env, "client_secret_env": s.client_secret_env,
                 "workdir": s.workdir, "verify_tls": s.verify_tls, "mantik": self.mantik}
 
+    #: why a file above ``max_ops_file_size`` is refused (v1 says it in its own words)
+    too_big_advice = ("this launcher does not stage files through a transfer backend; exclude it "
+                      "(Exclude) and copy it to the site another way")
+
+    def _mkdir(self, client: Any, path: str) -> None:
+        self._call(f"firecREST mkdir {path}", lambda c: c.mkdir(self.site.machine, path, create_parents=True))
+
+    def _upload_one(self, client: Any, directory: str, filename: str, data: bytes) -> None:
+        self._upload(client, directory, filename, data)
+
+    def _submit_script(self, run_dir: str, script: str) -> str:
+        """POST the job; the site's job id."""
+
+        def refused_before_processing(e: BaseException) -> bool:
+            if status_of(e) == 500 and any(t in self._message(e) for t in SLURM_TRANSIENT):
+                return True  # sbatch failed to reach the controller: the job was not accepted
+            return status_of(e) == 503 or (is_transient(e) and status_of(e) is None)
+
+        result = self._call("firecREST submit",
+                            lambda c: c.submit(self.site.machine, working_dir=run_dir, script_str=script),
+                            transient=refused_before_processing)
+        return str(result["jobId"])
+
     def _submit_sync(self, run_dir: str, script: str, uploads: Sequence[tuple[Path, str]], name: str) -> str:
+        """Check sizes, create directories, upload (several at once), submit; a submit that
+        answered an error but created the job (found by name) is adopted."""
         machine = self.site.machine
         too_big = [(rel, local.stat().st_size) for local, rel in uploads if local.stat().st_size > self._max_ops]
         if too_big:
             rel, size = too_big[0]
             raise SubmissionError(
                 f"{rel} ({format_size(size)}) is larger than the direct upload limit of {machine} "
-                f"(max_ops_file_size {format_size(self._max_ops)}) and this launcher does not stage files "
-                "through a transfer backend; exclude it (Exclude) and copy it to the site another way"
+                f"(max_ops_file_size {format_size(self._max_ops)}); {self.too_big_advice}"
                 + ("" if len(too_big) == 1 else f" ({len(too_big) - 1} more such files)")
             )
         dirs = sorted({run_dir} | {posixpath.dirname(posixpath.join(run_dir, rel)) for _, rel in uploads})
         for d in dirs:
-            self._call(f"firecREST mkdir {d}", lambda c, d=d: c.mkdir(machine, d, create_parents=True))
+            self._mkdir(None, d)
         items: list[tuple[Path | bytes, str]] = [(script.encode(), "job.sh")]
         # a re-run uses the same run directory: empty the previous attempt's outputs and job.rc
-        items += [(b"", name) for name in ("job.out", "job.err", "job.rc")]
+        items += [(b"", n) for n in ("job.out", "job.err", "job.rc")]
         items += [(local, rel) for local, rel in uploads]
 
         def upload(item: tuple[Path | bytes, str]) -> None:
             source, rel = item
             data = source if isinstance(source, bytes) else source.read_bytes()
             target = posixpath.join(run_dir, rel)
-            self._call(f"upload of {rel}", lambda c: self._upload(c, posixpath.dirname(target),
-                                                                posixpath.basename(target), data))
+            self._call(f"upload of {rel}", lambda c: self._upload_one(c, posixpath.dirname(target),
+                                                                    posixpath.basename(target), data))
 
         with concurrent.futures.ThreadPoolExecutor(self.upload_parallel) as pool:
             futures = [pool.submit(upload, it) for it in items]
@@ -306,28 +336,50 @@ class FirecrestExecutor(Executor):
         if errors:
             raise SubmissionError(f"{errors[0]}; nothing was submitted (the run directory {run_dir} keeps "
                                   "the files sent so far)")
-
-        def refused_before_processing(e: BaseException) -> bool:
-            if status_of(e) == 500 and any(t in self._message(e) for t in SLURM_TRANSIENT):
-                return True  # sbatch failed to reach the controller: the job was not accepted
-            return status_of(e) == 503 or (is_transient(e) and status_of(e) is None)
-
         try:
-            result = self._call("firecREST submit",
-                                lambda c: c.submit(machine, working_dir=run_dir, script_str=script),
-                                transient=refused_before_processing)
+            return self._submit_script(run_dir, script)
         except LaunchersError as e:
             found = self._find_by_name(name)
             if found is None:
                 raise SubmissionError(str(e)) from None
             log.warning("firecREST submit answered %s, but job %s named %s exists: adopted", e, found, name)
             return found
-        return str(result["jobId"])
 
     async def reconcile(self, job: Job) -> None:
-        """A job found SUBMITTING after a crash: adopt the job of its name, else submit."""
+        """A job found SUBMITTING after a crash: adopt the job of its name, else submit. A failed
+        lookup is retried, never taken for "not there": that would submit the job twice."""
         name = job.record.job_name
-        found = await asyncio.to_thread(self._find_by_name, name) if name else None
+        found = None
+        delay, deadline = RECONCILE_FIRST_RETRY, time.monotonic() + RECONCILE_PATIENCE
+        while name:
+            try:
+                found = await asyncio.to_thread(self._lookup_by_name, name)
+                break
+            except LaunchersError as e:
+                if time.monotonic() + delay > deadline:
+                    job.apply(StateUpdate(state=JobState.FAILED, detail="reconcile failed",
+                                          reason=f"could not tell whether job {name} exists on the site ({e}); "
+                                                 "not submitted again"))
+                    return
+                log.warning("%s: looking for job %s failed (%s); retrying in %.0f s", job.task_id, name, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 60.0)
+        if found is None and name and await self._started_remotely(job):
+            # Submitted and started, yet not listed under its name: right after a job ends,
+            # Slurm's accounting may report the name as "allocation" for a while. Look again.
+            for _ in range(RECONCILE_NAME_LAG_TRIES):
+                await asyncio.sleep(RECONCILE_FIRST_RETRY)
+                try:
+                    found = await asyncio.to_thread(self._lookup_by_name, name)
+                except LaunchersError:
+                    continue
+                if found is not None:
+                    break
+            if found is None:
+                job.apply(StateUpdate(state=JobState.FAILED, detail="reconcile failed",
+                                      reason=f"job {name} ran on the site (its outputs are there) but the site does "
+                                             "not list it by name; not submitted again"))
+                return
         if found is None:
             await self.submit(job)
             return
@@ -335,13 +387,29 @@ class FirecrestExecutor(Executor):
         job.apply(StateUpdate(state=JobState.PENDING, detail="adopted by name after a restart", native_id=found,
                               extra={"firecrest_submitted": time.time()}))
 
-    def _find_by_name(self, name: str) -> str | None:
-        try:
-            jobs = self._call("firecREST jobs", lambda c: c.job_info(self.site.machine, name=name), tries=3)
-        except LaunchersError:
-            return None
+    async def _started_remotely(self, job: Job) -> bool:
+        """Whether this attempt's job has begun on the site: its run directory's ``job.out`` or
+        ``job.rc`` has content (both are emptied before each submission)."""
+        for name in ("job.rc", "job.out"):
+            try:
+                if await self.read_file(job, name):
+                    return True
+            except (LaunchersError, OSError):
+                continue
+        return False
+
+    def _lookup_by_name(self, name: str) -> str | None:
+        """The oldest job of that name, or None; raises LaunchersError when the site cannot say."""
+        jobs = self._call("firecREST jobs", lambda c: c.job_info(self.site.machine, name=name), tries=3)
         ids = [str(j.get("jobId")) for j in jobs if j.get("name") == name]
         return min(ids, key=int) if ids else None
+
+    def _find_by_name(self, name: str) -> str | None:
+        """Like ``_lookup_by_name``, None when the lookup fails (only to adopt after an error)."""
+        try:
+            return self._lookup_by_name(name)
+        except LaunchersError:
+            return None
 
     def _upload(self, client: Any, directory: str, filename: str, data: bytes) -> None:
         """``POST /filesystem/{machine}/ops/upload?path=DIR``, multipart ``file``: direct, whatever
@@ -468,33 +536,6 @@ class FirecrestExecutor(Executor):
             return out
 
         return await asyncio.to_thread(read)
-
-    async def sync_outputs(self, job: Job) -> int:
-        """Append the new bytes of the remote ``job.out``/``job.err`` to the local copies."""
-        lock = job.runtime.setdefault("output_lock", asyncio.Lock())
-        total = 0
-        async with lock:
-            for name in OUTPUTS:
-                local = job.directory / name
-                offset = local.stat().st_size if local.exists() else 0
-                data = await self.read_file(job, name, offset)
-                if data:
-                    with open(local, "ab") as f:
-                        f.write(data)
-                    total += len(data)
-        return total
-
-    async def fetch_rc(self, job: Job) -> RcRecord | None:
-        """The remote ``job.rc`` (copied to the local job directory), or None."""
-        data = await self.read_file(job, "job.rc")
-        if not data:
-            return None
-        rc = parse_rc(data.decode("utf-8", errors="replace"))
-        if rc is not None:
-            record = json.loads(data)
-            record["attempt"] = job.attempt
-            atomic_write_text(job.paths.rc, json.dumps(record) + "\n")
-        return rc
 
     # -- cancel ----------------------------------------------------------------------------------
 

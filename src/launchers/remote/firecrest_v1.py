@@ -11,19 +11,16 @@ explicit ``cd`` of ``job.sh``), ``GET /compute/acct`` for the status of every jo
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import io
 import logging
 import os
 import posixpath
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import LaunchersError, SubmissionError
+from ..errors import LaunchersError
 from ..jobs.executor import StateUpdate
-from ..units import format_size
 from .firecrest_executor import (
     MIN_TOKEN_VALIDITY,
     NOT_VISIBLE_GRACE,
@@ -84,46 +81,17 @@ class FirecrestV1Executor(FirecrestExecutor):
         self._base = self.site.workdir.replace("{user}", user)
         return self._base
 
-    def _submit_sync(self, run_dir: str, script: str, uploads: Sequence[tuple[Path, str]], name: str) -> str:
-        machine = self.site.machine
-        too_big = [(rel, local.stat().st_size) for local, rel in uploads if local.stat().st_size > self._max_ops]
-        if too_big:
-            rel, size = too_big[0]
-            raise SubmissionError(
-                f"{rel} ({format_size(size)}) is larger than the direct upload limit of {machine} "
-                f"({format_size(self._max_ops)}); firecREST v1 sends small files only: exclude it "
-                "(Exclude) and copy it to the site another way"
-                + ("" if len(too_big) == 1 else f" ({len(too_big) - 1} more such files)")
-            )
-        dirs = sorted({run_dir} | {posixpath.dirname(posixpath.join(run_dir, rel)) for _, rel in uploads})
-        for d in dirs:
-            self._call(f"firecREST mkdir {d}", lambda c, d=d: c.mkdir(machine, d, p=True))
-        items: list[tuple[Path | bytes, str]] = [(script.encode(), "job.sh")]
-        items += [(b"", n) for n in ("job.out", "job.err", "job.rc")]  # a re-run reuses the directory
-        items += [(local, rel) for local, rel in uploads]
+    too_big_advice = "firecREST v1 sends small files only: exclude it (Exclude) and copy it to the site another way"
 
-        def upload(item: tuple[Path | bytes, str]) -> None:
-            source, rel = item
-            data = source if isinstance(source, bytes) else source.read_bytes()
-            target = posixpath.join(run_dir, rel)
-            self._call(f"upload of {rel}", lambda c: c.simple_upload(
-                machine, io.BytesIO(data), posixpath.dirname(target), filename=posixpath.basename(target)))
+    def _mkdir(self, client: Any, path: str) -> None:
+        self._call(f"firecREST mkdir {path}", lambda c: c.mkdir(self.site.machine, path, p=True))
 
-        with concurrent.futures.ThreadPoolExecutor(self.upload_parallel) as pool:
-            futures = [pool.submit(upload, it) for it in items]
-            errors = [f.exception() for f in futures if f.exception() is not None]
-        if errors:
-            raise SubmissionError(f"{errors[0]}; nothing was submitted (the run directory {run_dir} keeps "
-                                  "the files sent so far)")
-        try:
-            # a POST that creates a task is not repeated: a lost answer could mean a submitted job
-            result = self._call("firecREST submit", lambda c: c.submit(machine, script_str=script), tries=1)
-        except LaunchersError as e:
-            found = self._find_by_name(name)
-            if found is None:
-                raise SubmissionError(str(e)) from None
-            log.warning("firecREST submit answered %s, but job %s named %s exists: adopted", e, found, name)
-            return found
+    def _upload_one(self, client: Any, directory: str, filename: str, data: bytes) -> None:
+        client.simple_upload(self.site.machine, io.BytesIO(data), directory, filename=filename)
+
+    def _submit_script(self, run_dir: str, script: str) -> str:
+        # a POST that creates a task is not repeated: a lost answer could mean a submitted job
+        result = self._call("firecREST submit", lambda c: c.submit(self.site.machine, script_str=script), tries=1)
         return str(result["jobid"])
 
     def _acct(self, ids: Sequence[str] | None) -> list[Mapping[str, Any]]:
@@ -131,12 +99,9 @@ class FirecrestV1Executor(FirecrestExecutor):
         rows = self._call("firecREST acct", lambda c: c.poll(machine, list(ids) if ids else None), tries=3)
         return [r for r in rows if isinstance(r, Mapping)]
 
-    def _find_by_name(self, name: str) -> str | None:
-        try:
-            rows = self._acct(None)
-        except LaunchersError:
-            return None
-        ids = [str(r.get("jobid")) for r in rows if r.get("name") == name]
+    def _lookup_by_name(self, name: str) -> str | None:
+        """The oldest job of that name, or None; raises LaunchersError when the site cannot say."""
+        ids = [str(r.get("jobid")) for r in self._acct(None) if r.get("name") == name]
         return min(ids, key=int) if ids else None
 
     async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:

@@ -21,7 +21,7 @@ from ..config.model import UnicoreSite
 from ..errors import AuthenticationError, LaunchersError, SubmissionError
 from ..fsutil import atomic_write_text
 from ..jobs.executor import Executor, StateUpdate
-from ..jobs.record import RcRecord, now_iso, parse_rc
+from ..jobs.record import now_iso
 from ..jobs.state import JobState
 from .http import (
     attached_payload,
@@ -34,6 +34,7 @@ from .http import (
     task_payload,
     with_retries,
 )
+from .outputs import RemoteOutputs
 
 if TYPE_CHECKING:
     from ..jobs.job import Job
@@ -47,7 +48,6 @@ PENDING_STATES = ("READY", "STAGINGIN", "QUEUED")
 RUNNING_STATES = ("RUNNING", "STAGINGOUT")
 MANTIK_USER = "MANTIK_UNICORE_USERNAME"
 MANTIK_PASSWORD = "MANTIK_UNICORE_PASSWORD"
-OUTPUTS = ("job.out", "job.err")
 #: files up to this size are uploaded from memory (safe to repeat); larger ones are streamed
 IN_MEMORY_UPLOAD = 64 * 1024 * 1024
 
@@ -87,7 +87,7 @@ def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> Unicor
     return UnicoreExecutor(site, mantik=bool(data.get("mantik")), key=("record-unicore", site.url))
 
 
-class UnicoreExecutor(Executor):
+class UnicoreExecutor(RemoteOutputs, Executor):
     """Submits, follows and cancels jobs at one UNICORE site."""
 
     kind = "unicore"
@@ -365,35 +365,6 @@ class UnicoreExecutor(Executor):
             return bytes(resp.content)
 
         return await asyncio.to_thread(lambda: with_retries(get, f"UNICORE read {name}", tries=4, secrets=self._secrets))
-
-    async def sync_outputs(self, job: Job) -> int:
-        """Append the new bytes of the remote ``job.out``/``job.err`` to the local copies; the count."""
-        lock = job.runtime.setdefault("output_lock", asyncio.Lock())
-        total = 0
-        async with lock:
-            for name in OUTPUTS:
-                local = job.directory / name
-                offset = local.stat().st_size if local.exists() else 0
-                data = await self.read_file(job, name, offset)
-                if data:
-                    with open(local, "ab") as f:
-                        f.write(data)
-                    total += len(data)
-        return total
-
-    async def fetch_rc(self, job: Job) -> RcRecord | None:
-        """The remote ``job.rc`` (also written to the local job directory), or None."""
-        data = await self.read_file(job, "job.rc")
-        if not data:
-            return None
-        rc = parse_rc(data.decode("utf-8", errors="replace"))
-        if rc is not None:
-            import json
-
-            record = json.loads(data)
-            record["attempt"] = job.attempt
-            atomic_write_text(job.paths.rc, json.dumps(record) + "\n")
-        return rc
 
     # -- cancel ----------------------------------------------------------------------------------
 

@@ -1,0 +1,54 @@
+"""Copying a remote job's outputs and exit record home: shared by the UNICORE and firecREST
+executors, which differ only in how they read one remote file (``read_file``)."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import json
+from typing import TYPE_CHECKING
+
+from ..fsutil import atomic_write_text
+from ..jobs.record import RcRecord, parse_rc
+
+if TYPE_CHECKING:
+    from ..jobs.job import Job
+
+#: The files followed while a job runs (appended locally as they grow).
+OUTPUTS = ("job.out", "job.err")
+
+
+class RemoteOutputs(abc.ABC):
+    """Follows ``job.out``/``job.err`` and fetches ``job.rc`` through ``read_file``."""
+
+    @abc.abstractmethod
+    async def read_file(self, job: Job, name: str, offset: int = 0) -> bytes | None:
+        """Bytes of the job's remote file ``name`` from ``offset`` (None when absent)."""
+
+    async def sync_outputs(self, job: Job) -> int:
+        """Append the new bytes of the remote ``job.out``/``job.err`` to the local copies;
+        returns how many bytes arrived."""
+        lock = job.runtime.setdefault("output_lock", asyncio.Lock())
+        total = 0
+        async with lock:
+            for name in OUTPUTS:
+                local = job.directory / name
+                offset = local.stat().st_size if local.exists() else 0
+                data = await self.read_file(job, name, offset)
+                if data:
+                    with open(local, "ab") as f:
+                        f.write(data)
+                    total += len(data)
+        return total
+
+    async def fetch_rc(self, job: Job) -> RcRecord | None:
+        """The remote ``job.rc`` (also written, atomically, to the local job directory), or None."""
+        data = await self.read_file(job, "job.rc")
+        if not data:
+            return None
+        rc = parse_rc(data.decode("utf-8", errors="replace"))
+        if rc is not None:
+            record = json.loads(data)
+            record["attempt"] = job.attempt
+            atomic_write_text(job.paths.rc, json.dumps(record) + "\n")
+        return rc
