@@ -204,7 +204,7 @@ def _pilot_slurm_launcher(inner: Any, batch: BatchLauncher, res: Resources, slot
         changes["gpus_per_node"] = res.gpus * slots
     launcher = inner.config(**changes)
     if isinstance(launcher, SlurmLauncher):
-        warning = {"max_requeues": 0, "resume_signal": "USR1", "resume_grace": max(1, int(batch.drain_margin))}
+        warning: dict[str, Any] = {"max_requeues": 0, "resume_signal": "USR1", "resume_grace": max(1, int(batch.drain_margin))}
         names = {f.name for f in attrs.fields(type(launcher))}
         if set(warning) <= names:  # the launcher carries these settings itself
             return attrs.evolve(launcher, **warning)
