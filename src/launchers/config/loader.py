@@ -4,7 +4,8 @@
 ``~/.config/launchers/launchers.yaml``, ``~/.config/experimaestro/launchers.yaml``), reads
 ``connectors.yaml`` and ``tokens.yaml`` beside it, validates everything at once and returns a
 ``LaunchersConfig``. Results are cached by (path, mtime_ns, size) of every file read, so an
-unchanged file is never read twice and an edited one is read again. ``load_config_text`` checks
+unchanged file is never read twice and an edited one is read again (on the next call:
+the files are stat'ed every time; absent sidecars through their directory's mtime). ``load_config_text`` checks
 a text without touching the disk. Every problem is a ``ConfigurationError`` naming file, line,
 column and key path.
 """
@@ -15,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import attrs
@@ -151,8 +152,8 @@ def _read_text(path: Path) -> str:
 def load_config(config: Any = None) -> LaunchersConfig:
     """Load the configuration named by ``config`` (file, directory, ``LaunchersConfig``) or
     found on the search path; an empty ``LaunchersConfig`` when there is none."""
-    if config.__class__ is str:  # the common call in loops: check the fast entry first
-        fast = _FAST.get(config)
+    if config.__class__ is str or isinstance(config, PurePath):  # the call made in loops
+        fast = _FAST.get(os.fspath(config))
         if fast is not None:
             checks, config_value = fast
             stat = os.stat
