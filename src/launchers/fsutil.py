@@ -26,8 +26,11 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int | None = None) -> None:
-    """Write ``data`` to ``path`` atomically (temporary name in the same directory, fsync, rename)."""
+def atomic_write_bytes(
+    path: str | os.PathLike[str], data: bytes, *, mode: int | None = None, sync_dir: bool = True
+) -> None:
+    """Write ``data`` to ``path`` atomically (temporary name in the same directory, fsync, rename);
+    ``sync_dir=False`` leaves the directory fsync to a later write in the same directory."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp.{os.getpid()}.{id(data):x}"
@@ -49,7 +52,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int |
     if mode is not None:
         os.chmod(tmp, mode)
     os.replace(tmp, target)
-    fsync_dir(target.parent)
+    if sync_dir:
+        fsync_dir(target.parent)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> None:
@@ -57,9 +61,10 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | No
     atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
-def atomic_write_json(path: str | os.PathLike[str], value: Any) -> None:
+def atomic_write_json(path: str | os.PathLike[str], value: Any, *, sync_dir: bool = True) -> None:
     """Write ``value`` as indented JSON to ``path`` atomically."""
-    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=False) + "\n")
+    data = (json.dumps(value, indent=2, sort_keys=False) + "\n").encode("utf-8")
+    atomic_write_bytes(path, data, sync_dir=sync_dir)
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:

@@ -321,9 +321,10 @@ def read_record(directory: str | os.PathLike[str]) -> StateRecord | None:
     return StateRecord.from_json(data, where=str(path))
 
 
-def write_record(directory: str | os.PathLike[str], record: StateRecord) -> None:
-    """Write ``state.json`` atomically (temporary name, fsync, rename, fsync of the directory)."""
-    atomic_write_json(Path(directory) / STATE, record.to_json())
+def write_record(directory: str | os.PathLike[str], record: StateRecord, *, sync_dir: bool = True) -> None:
+    """Write ``state.json`` atomically (temporary name, fsync, rename, fsync of the directory
+    unless ``sync_dir=False``)."""
+    atomic_write_json(Path(directory) / STATE, record.to_json(), sync_dir=sync_dir)
 
 
 def archive_attempt(directory: str | os.PathLike[str], attempt: int) -> Path:
