@@ -149,23 +149,30 @@ def _read_text(path: Path) -> str:
         )
 
 
+def _unchanged(raw: str) -> LaunchersConfig | None:
+    """The configuration cached for the argument ``raw`` if none of its files changed since."""
+    fast = _FAST.get(raw)
+    if fast is None:
+        return None
+    checks, config_value = fast
+    stat = os.stat
+    try:
+        for name, mtime, size in checks:
+            st = stat(name)
+            if st.st_mtime_ns != mtime or st.st_size != size:
+                return None
+    except OSError:
+        return None
+    return config_value
+
+
 def load_config(config: Any = None) -> LaunchersConfig:
     """Load the configuration named by ``config`` (file, directory, ``LaunchersConfig``) or
     found on the search path; an empty ``LaunchersConfig`` when there is none."""
     if config.__class__ is str or isinstance(config, PurePath):  # the call made in loops
-        fast = _FAST.get(os.fspath(config))
-        if fast is not None:
-            checks, config_value = fast
-            stat = os.stat
-            try:
-                for name, mtime, size in checks:
-                    st = stat(name)
-                    if st.st_mtime_ns != mtime or st.st_size != size:
-                        break
-                else:
-                    return config_value
-            except OSError:
-                pass
+        unchanged = _unchanged(os.fspath(config))
+        if unchanged is not None:
+            return unchanged
     if isinstance(config, LaunchersConfig):
         return config
     if config is not None and not isinstance(config, (str, os.PathLike)):
@@ -176,20 +183,10 @@ def load_config(config: Any = None) -> LaunchersConfig:
     # (or $LAUNCHERS_CONFIG) once, then only stat the files to see whether they changed.
     raw = os.fspath(config) if config is not None else os.environ.get(ENV_VAR) or None
     if raw is not None:
-        fast = _FAST.get(raw)
-        if fast is not None:
-            checks, config_value = fast
-            stat = os.stat
-            try:
-                for name, mtime, size in checks:
-                    st = stat(name)
-                    if st.st_mtime_ns != mtime or st.st_size != size:
-                        break
-                else:
-                    return config_value
-            except OSError:
-                pass
-            _FAST.pop(raw, None)
+        unchanged = _unchanged(raw)
+        if unchanged is not None:
+            return unchanged
+        _FAST.pop(raw, None)
     files = _RESOLVED.get(raw) if raw is not None else None
     if files is None:
         found = find_config_file(config)
