@@ -31,6 +31,7 @@ from ..units import format_duration, parse_size, parse_slurm_time
 from . import queue as Q
 from . import runner as R
 from .launcher import BatchLauncher
+from .remote import RemoteQueue, RemoteSnapshot, connector_of, remote_base
 
 if TYPE_CHECKING:
     from ..jobs.job import Job
@@ -181,6 +182,12 @@ class Shape:
     longest: float = 0.0
     jobs: dict[str, Job] = attrs.field(factory=dict)
     refused_pilot: str | None = None
+    #: the queue on the far side of an SSH connector (None: the local queue is the queue)
+    remote: RemoteQueue | None = None
+    #: the remote queue's last scan (entries read in the same command)
+    last_remote: RemoteSnapshot | None = None
+    #: when the remote queue was last checked for lost runners (monotonic)
+    last_recover: float = 0.0
 
 
 @contextlib.contextmanager
@@ -254,14 +261,38 @@ class BatchExecutor(Executor):
         shape = self.shapes.get(str(queue))
         if shape is None:
             Q.ensure_queue(queue)
-            shape = Shape(key, queue, batch)
+            shape = Shape(key, queue, batch, remote=self._remote_queue(batch, key))
             self.shapes[str(queue)] = shape
         return shape
+
+    @staticmethod
+    def _is_remote(batch: BatchLauncher) -> bool:
+        return getattr(batch.inner, "connector", "local") not in ("local", None)
+
+    def _remote_queue(self, batch: BatchLauncher, key: str) -> RemoteQueue | None:
+        """Over SSH, the queue lives under the connector's ``workdir``: ``batch/<shape key>``."""
+        if not self._is_remote(batch):
+            return None
+        connector = connector_of(batch.inner)
+        return RemoteQueue(connector, f"{remote_base(connector)}/batch/{key}")
+
+    async def _scan(self, shape: Shape) -> Q.Snapshot:
+        if shape.remote is None:
+            return Q.scan(shape.queue)
+        rs = await shape.remote.scan()
+        shape.last_remote = rs
+        return rs.snap
 
     def validate(self, launcher: Launcher, task: Task) -> None:
         if not isinstance(launcher, BatchLauncher):
             raise LaunchersError(f"batch executor: {launcher!r} is not a BatchLauncher")
-        if getattr(launcher.inner, "connector", "local") not in ("local", None):
+        if self._is_remote(launcher) and launcher.inner.kind == "slurm":
+            if task.kind != KIND_COMMAND:
+                raise LaunchersError(
+                    f"task {task.task_id}: batching over connector {launcher.connector!r} runs commands "
+                    "only (a Python callable needs its local job directory): use launchers.command"
+                )
+        elif getattr(launcher.inner, "connector", "local") not in ("local", None):
             raise LaunchersError(
                 f"batching through connector {launcher.connector!r} is not supported yet: only local "
                 "queues (direct launcher, Slurm on this machine) are"
@@ -311,12 +342,15 @@ class BatchExecutor(Executor):
         res = task_resources(batch.inner)
         check_fits(batch, job.task_id, shape.longest)
         entry = self._entry(job, batch, res)
+        if shape.remote is not None:
+            await shape.remote.ensure()
+            entry["dir"] = await shape.remote.prepare_task(job.task_id)
         Q.clear_previous(shape.queue, job.task_id)
         for name in ("job.rc", "result.json", "result.pickle", "error.json"):
             with contextlib.suppress(FileNotFoundError):
                 (job.directory / name).unlink()
         job.apply(StateUpdate(state=JobState.SUBMITTING, detail="publishing", job_name=job.task_id, reason=""))
-        name = Q.publish(shape.queue, entry)
+        name = Q.publish(shape.queue, entry) if shape.remote is None else await shape.remote.publish(entry)
         shape.longest = max(shape.longest, res.duration or 0.0, batch.task_timeout or 0.0)
         shape.jobs[job.task_id] = job
         job.apply(
@@ -325,10 +359,11 @@ class BatchExecutor(Executor):
                 detail=f"queued in batch {shape.key}",
                 native_id=f"batch:{shape.key}:{job.task_id}",
                 reason=f"queued in batch {shape.key}",
-                extra={"batch": {"queue": str(shape.queue), "shape": shape.key, "pending": name}},
+                extra={"batch": {"queue": str(shape.queue), "shape": shape.key, "pending": name,
+                                 **({"remote_queue": shape.remote.path} if shape.remote else {})}},
             )
         )
-        await self._manage(shape, Q.scan(shape.queue))
+        await self._manage(shape, await self._scan(shape))
 
     async def reconcile(self, job: Job) -> None:
         """A record left in SUBMITTING (crash around publication): adopt the entry when the
@@ -337,7 +372,7 @@ class BatchExecutor(Executor):
         if not isinstance(batch, BatchLauncher):
             raise LaunchersError(f"job {job.task_id}: not submitted through a BatchLauncher")
         shape = self._shape(batch, job.directory.parent.parent.parent)
-        snap = Q.scan(shape.queue)
+        snap = await self._scan(shape)
         tid = job.task_id
         if tid not in snap.pending and tid not in snap.running and tid not in snap.done:
             await self.submit(job)
@@ -421,12 +456,16 @@ class BatchExecutor(Executor):
         numbers = [int(p.name) for p in root.iterdir() if p.name.isdigit()]
         n = max(numbers, default=0) + 1
         python = getattr(inner, "python", None) or sys.executable
+        qpath = str(shape.queue)
+        if shape.remote is not None:  # the runner runs next to the remote queue
+            python = getattr(inner, "python", None) or getattr(getattr(inner, "group", None), "python", None) or "python3"
+            qpath = shape.remote.path
         argv = [
-            python, str(shape.queue / Q.RUNNER_FILE), "--queue", str(shape.queue), "--slots", str(slots),
+            python, f"{qpath}/{Q.RUNNER_FILE}", "--queue", qpath, "--slots", str(slots),
             "--walltime", f"{walltime:g}", "--linger", f"{batch.linger:g}",
             "--drain-margin", f"{batch.drain_margin:g}", "--kill-grace", f"{batch.kill_grace:g}",
         ]
-        task = command(argv, name=f"lxpilot-{shape.key}-{n}", cwd=str(shape.queue), resumable=inner.kind == "slurm")
+        task = command(argv, name=f"lxpilot-{shape.key}-{n}", cwd=qpath, resumable=inner.kind == "slurm")
         if inner.kind == "slurm":
             launcher = _pilot_slurm_launcher(inner, batch, res, slots, walltime)
         else:
@@ -447,7 +486,8 @@ class BatchExecutor(Executor):
             return None
         shape = self.shapes.get(queue)
         if shape is None and isinstance(job.launcher, BatchLauncher):
-            shape = Shape(str(info.get("shape")), Path(queue), job.launcher)
+            shape = Shape(str(info.get("shape")), Path(queue), job.launcher,
+                          remote=self._remote_queue(job.launcher, str(info.get("shape"))))
             self.shapes[queue] = shape
         if shape is not None:
             shape.jobs.setdefault(job.task_id, job)
@@ -462,8 +502,11 @@ class BatchExecutor(Executor):
         out: dict[Job, StateUpdate] = {}
         for key, mine in by_shape.items():
             shape = self.shapes[key]
-            snap = Q.scan(shape.queue)
+            snap = await self._scan(shape)
             final_pilots = [p.native_id for p in shape.pilots if p.state.is_final and p.native_id]
+            if shape.remote is not None:
+                await self._poll_remote_shape(shape, snap, mine, out)
+                continue
             if snap.running:  # lost runners: pilot final, or heartbeat older than lost_after
                 moved = Q.recover(shape.queue, final_natives=final_pilots)
                 if moved:
@@ -478,6 +521,56 @@ class BatchExecutor(Executor):
                     snap = Q.scan(shape.queue)
                 await self._manage(shape, snap)
         return out
+
+    async def _poll_remote_shape(self, shape: Shape, snap: Q.Snapshot, mine: list[Job],
+                                 out: dict[Job, StateUpdate]) -> None:
+        """One remote shape's cycle: states from the one-command scan, outputs copied back on the end."""
+        assert shape.remote is not None
+        rs = shape.last_remote
+        assert rs is not None
+        if rs.running:
+            finals = {p.native_id for p in shape.pilots if p.state.is_final and p.native_id}
+            lost = [r for r, e in rs.runners.items() if str(e.get("native_id")) in finals]
+            claimed = {str(e.get("runner")) for e in rs.running.values()}
+            now = time.monotonic()
+            due = now - shape.last_recover >= R.LOST_CHECK_EVERY
+            if (set(lost) & claimed) or due:
+                shape.last_recover = now
+                moved = await shape.remote.recover(f"manager-{os.getpid()}", lost)
+                if moved:
+                    log.warning("batch %s: re-queued %s (their pilot ended)", shape.key, ", ".join(moved))
+                    snap = await self._scan(shape)
+                    rs = shape.last_remote
+                    assert rs is not None
+        for job in mine:
+            tid = job.task_id
+            if tid in rs.done:
+                await shape.remote.fetch_outputs(tid, job.directory)
+                out[job] = self._final(job, rs.done[tid])
+            elif tid in rs.running:
+                entry = rs.running[tid]
+                if job.state is JobState.RUNNING and job.record.extra.get("runner") == entry.get("runner"):
+                    continue
+                runner = rs.runners.get(str(entry.get("runner", ""))) or {}
+                native = runner.get("native_id")
+                out[job] = StateUpdate(
+                    state=JobState.RUNNING, detail=f"claimed by runner {entry.get('runner')}", reason="",
+                    extra={"pilot": str(native) if native is not None else None, "runner": entry.get("runner"),
+                           "batch_attempt": entry.get("attempt")},
+                )
+            elif tid in snap.pending and job.state is JobState.RUNNING:
+                out[job] = StateUpdate(state=JobState.PENDING, detail="re-queued",
+                                       reason="re-queued: its runner was lost")
+        if snap.pending:
+            refused = [p for p in shape.pilots if p.state is JobState.FAILED and not p.native_id]
+            if refused and not self._active(shape):
+                reason = f"the batch pilot could not be submitted: {refused[-1].reason}"
+                for job in mine:
+                    if job.task_id in snap.pending and await shape.remote.cancel_task(job.task_id) == "cancelled":
+                        out[job] = StateUpdate(state=JobState.FAILED, detail="pilot refused", reason=reason)
+                shape.pilots = [p for p in shape.pilots if p not in refused]
+                snap = await self._scan(shape)
+            await self._manage(shape, snap)
 
     def _fail_if_pilot_refused(self, shape: Shape, snap: Q.Snapshot, mine: list[Job], out: dict[Job, StateUpdate]) -> bool:
         """A pilot refused at submission (no id): this process's pending tasks fail with its
@@ -555,7 +648,13 @@ class BatchExecutor(Executor):
                 job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancelled before publication",
                                       reason="cancelled on request"))
                 continue
-            if Q.cancel_task(queue, job.task_id) == "cancelled":
+            remote = info.get("remote_queue")
+            shape = self._shape_of_job(job) if remote else None
+            if shape is not None and shape.remote is not None:
+                result = await shape.remote.cancel_task(job.task_id)
+            else:
+                result = Q.cancel_task(queue, job.task_id)
+            if result == "cancelled":
                 job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancelled while queued",
                                       reason="cancelled on request"))
 
@@ -566,6 +665,16 @@ class BatchExecutor(Executor):
                 continue
             for pilot in self._active(shape):
                 pilot.cancel()
+            if shape.remote is not None:
+                snap = await self._scan(shape)
+                for tid in [*snap.pending, *snap.running]:
+                    job = shape.jobs.get(tid)
+                    if await shape.remote.cancel_task(tid) == "cancelled" and job is not None:
+                        job.apply(StateUpdate(state=JobState.CANCELLED, detail="batch cancelled",
+                                              reason="cancelled on request"))
+                    elif job is not None:
+                        job.cancel_requested = True
+                continue
             snap = Q.scan(shape.queue)
             for tid, name in snap.pending.items():
                 job = shape.jobs.get(tid)

@@ -1,0 +1,113 @@
+"""BatchLauncher over an SSH-reached Slurm: the queue lives under the connector's workdir, the
+pilot is a Slurm job submitted over SSH, outputs come back into the local job directories."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment, task
+from launchers.batch.executor import BatchExecutor
+from launchers.config.loader import load_config
+from launchers.connectors import registry
+from launchers.errors import LaunchersError
+from launchers.jobs import executor as jobs_executor
+
+pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
+
+
+@task
+def answer() -> int:
+    return 42
+
+
+def reset() -> None:
+    for key in [k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"]:
+        del jobs_executor._executors[key]
+    registry.forget_all()
+
+
+@pytest.fixture
+def clean(slurm_cluster: dict[str, str]) -> Iterator[dict[str, str]]:
+    reset()
+    yield slurm_cluster
+    reset()
+
+
+def ssh_launcher(tmp_path: Path, info: dict[str, str], remote: Path) -> SlurmLauncher:
+    lines = [
+        "connectors:", "  ssh:", "    cluster:", "      hostname: 127.0.0.1", f"      port: {info['CLUSTER_SSH_PORT']}",
+        "      username: root", f"      identity_file: {info['CLUSTER_SSH_KEY']}",
+        f"      known_hosts: {info['CLUSTER_SSH_KNOWN_HOSTS']}", "      ssh_config: false", f"      workdir: {remote}",
+        "slurm:", "  - id: over-ssh", "    connector: cluster", "    partitions:", "      debug: {}",
+    ]
+    path = tmp_path / "launchers.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    group = load_config(path).groups[0]
+    return SlurmLauncher(group=group, options={"partition": "debug", "cpus_per_task": 1, "mem": "256M"})
+
+
+def test_batch_over_ssh(clean: dict[str, str], tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    batch = ssh_launcher(tmp_path, clean, remote).batched(slots=1, linger=3, walltime="10m", drain_margin="1m")
+    ex = batch.executor()
+    assert isinstance(ex, BatchExecutor)
+    before = ex.pilots_submitted
+    t0 = time.monotonic()
+    with pytest.raises(ExperimentFailed), experiment(tmp_path / "exp", batch):
+        jobs = [command(["sh", "-c", f"echo out{i}; echo err{i} >&2"], name=f"t{i}").submit() for i in range(3)]
+        bad = command(["sh", "-c", "exit 3"], name="bad").submit()
+        sleepers = [command(["sleep", "120"], name=n).submit() for n in ("long", "late")]
+        deadline = time.monotonic() + 40
+        while all(s.state is not JobState.RUNNING for s in sleepers):
+            assert time.monotonic() < deadline, "no sleeper ran"
+            time.sleep(0.1)
+        # publication order of concurrent submissions is free: whichever runs holds the one slot
+        long, late = sleepers if sleepers[0].state is JobState.RUNNING else sleepers[::-1]
+        assert late.state is JobState.PENDING  # cancelled while still queued
+        late.cancel()
+        long.cancel()
+        for j in jobs:
+            assert j.wait(40) is JobState.COMPLETED
+    assert time.monotonic() - t0 < 60
+    assert ex.pilots_submitted - before == 1
+    for i, j in enumerate(jobs):
+        assert f"out{i}" in j.stdout_path.read_text()  # copied back from the remote queue
+        assert f"err{i}" in (j.directory / "job.err").read_text()
+        assert (j.directory / "job.rc").exists()
+        info = j.record.extra["batch"]
+        assert info["remote_queue"].startswith(str(remote / "batch"))
+    assert (bad.state, bad.exit_code) == (JobState.FAILED, 3)
+    assert long.state is JobState.CANCELLED and late.state is JobState.CANCELLED
+    assert list((remote / "batch").glob("*/runner.py"))  # the queue lives under the connector's workdir
+
+
+def test_callable_refused_over_ssh(clean: dict[str, str], tmp_path: Path) -> None:
+    batch = ssh_launcher(tmp_path, clean, tmp_path / "remote").batched(slots=1)
+    with pytest.raises(LaunchersError, match="runs commands only"), experiment(tmp_path / "exp", batch):
+        answer().submit()
+
+
+def test_cancelled_pilot_tasks_requeued_over_ssh(clean: dict[str, str], tmp_path: Path) -> None:
+    batch = ssh_launcher(tmp_path, clean, tmp_path / "remote").batched(slots=1, linger=2, walltime="10m",
+                                                                         drain_margin="1m")
+    ex = batch.executor()
+    assert isinstance(ex, BatchExecutor)
+    before = ex.pilots_submitted
+    with experiment(tmp_path / "exp", batch):
+        job = command(["sh", "-c", 'if [ "$LAUNCHERS_ATTEMPT" = 1 ]; then sleep 60; fi; echo ok'], name="s").submit()
+        deadline = time.monotonic() + 40
+        while not (job.state is JobState.RUNNING and job.pilot):
+            assert time.monotonic() < deadline, "the task never ran"
+            time.sleep(0.1)
+        first = job.pilot
+        assert first is not None
+        subprocess.run(["scancel", first], check=True)
+        assert job.wait(60) is JobState.COMPLETED
+    assert ex.pilots_submitted - before == 2
+    assert job.pilot != first
+    assert "ok" in job.stdout_path.read_text()
