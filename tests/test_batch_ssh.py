@@ -111,3 +111,26 @@ def test_cancelled_pilot_tasks_requeued_over_ssh(clean: dict[str, str], tmp_path
     assert ex.pilots_submitted - before == 2
     assert job.pilot != first
     assert "ok" in job.stdout_path.read_text()
+
+
+def test_home_relative_workdir_is_expanded(clean: dict[str, str], tmp_path: Path) -> None:
+    """The connector's default workdir starts with ``~``: the remote queue path is expanded with
+    the remote home, since remote commands get it as an argument no shell expands."""
+    import shutil
+    import uuid
+
+    name = f".launchers-test-{uuid.uuid4().hex[:8]}"
+    remote = Path.home() / name  # the sshd runs on this machine, as root
+    try:
+        batch = ssh_launcher(tmp_path, clean, f"~/{name}").batched(  # type: ignore[arg-type]
+            slots=2, linger=2, walltime="10m", drain_margin="1m"
+        )
+        with experiment(tmp_path / "exp", batch):
+            jobs = [command(["echo", f"home{i}"], name=f"h{i}").submit() for i in range(2)]
+        for i, j in enumerate(jobs):
+            assert j.state is JobState.COMPLETED
+            assert f"home{i}" in j.stdout_path.read_text()
+            assert j.record.extra["batch"]["remote_queue"].startswith(str(remote / "batch"))
+        assert list((remote / "batch").glob("*/runner.py"))
+    finally:
+        shutil.rmtree(remote, ignore_errors=True)

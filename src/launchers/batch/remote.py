@@ -139,7 +139,18 @@ class RemoteQueue:
     path: str
     ready: bool = False
 
+    async def _resolve(self) -> None:
+        """Expand a leading ``~`` of the queue path with the remote home (once): remote
+        commands receive the path as an argument, where no shell expands it."""
+        original = self.path
+        if original == "~" or original.startswith("~/"):
+            home = (await self.connector.home()).rstrip("/")
+            # concurrent submissions may resolve at once: expand the path we read, once
+            if self.path == original:
+                self.path = home + original[1:]
+
     async def _py(self, script: str, *args: str) -> str:
+        await self._resolve()
         res = await self.connector.run(["python3", "-c", script, self.path, *args])
         if res.returncode != 0:
             raise ConnectorError(f"batch queue {self.path}: remote command failed: {res.stderr.strip()[:300]}")
@@ -147,6 +158,7 @@ class RemoteQueue:
 
     async def ensure(self) -> None:
         """Create the subdirectories and write ``runner.py`` (once per process)."""
+        await self._resolve()
         if self.ready:
             return
         subs = " ".join(shlex.quote(f"{self.path}/{s}") for s in (*R.SUBDIRS, "tasks"))
@@ -162,6 +174,7 @@ class RemoteQueue:
 
     async def prepare_task(self, task_id: str) -> str:
         """Create the task's remote directory, emptied of a previous run's outputs and queue entries."""
+        await self._resolve()
         d = self.task_dir(task_id)
         names = " ".join(shlex.quote(f"{d}/{n}") for n in OUTPUTS)
         old = f"{shlex.quote(self.path)}/done/{shlex.quote(task_id)}.json {shlex.quote(self.path)}/cancel/{shlex.quote(task_id)}"
@@ -172,6 +185,7 @@ class RemoteQueue:
 
     async def publish(self, entry: Mapping[str, Any]) -> str:
         """Publish ``pending/<seq>-<id>.json`` through the connector (temporary name + rename)."""
+        await self._resolve()
         data = dict(entry)
         data.setdefault("seq", time.time_ns())
         data.setdefault("attempt", 0)
@@ -181,14 +195,17 @@ class RemoteQueue:
 
     async def scan(self) -> RemoteSnapshot:
         """ONE remote command: every listing plus the done/, running/ and runners/ entries."""
+        await self._resolve()
         return parse_scan(await self._py(SCAN_SCRIPT))
 
     async def cancel_task(self, task_id: str) -> str:
         """"cancelled" when still pending (renamed to done/), "requested" (cancel/<id> written) otherwise."""
+        await self._resolve()
         return (await self._py(CANCEL_SCRIPT, task_id)).strip() or "requested"
 
     async def recover(self, who: str, final_runners: list[str], lost_after: float = R.LOST_AFTER) -> list[str]:
         """Re-queue claims whose runner's pilot is final or whose heartbeat is older than ``lost_after``."""
+        await self._resolve()
         text = await self._py(RECOVER_SCRIPT, who, f"{lost_after:g}", *final_runners)
         try:
             return [str(t) for t in json.loads(text)]
@@ -197,6 +214,7 @@ class RemoteQueue:
 
     async def fetch_outputs(self, task_id: str, local: Path) -> None:
         """Copy the task's outputs back into its local job directory."""
+        await self._resolve()
         d = self.task_dir(task_id)
         for name in OUTPUTS:
             try:
