@@ -173,10 +173,19 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         secrets = [self.site.client_secret_env] + ([MANTIK_SECRET] if self.mantik else [])
         return ids, secrets
 
-    def client(self) -> Any:
-        """The pyfirecrest v2 client (created once)."""
+    def _client_class(self) -> Any:
+        """The pyfirecrest client class of this API version."""
         from firecrest.v2 import Firecrest
 
+        return Firecrest
+
+    def _configure(self, client: Any) -> None:
+        """Version-specific settings of a new client."""
+        client.disable_client_logging = False
+
+    def client(self) -> Any:
+        """The pyfirecrest client (created once), credentials from the named variables."""
+        Firecrest = self._client_class()
         with self._lock:
             if self._client is None:
                 ids, secrets = self._names()
@@ -187,7 +196,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                 auth = _auth_class()(cid, secret, self.site.token_url, min_token_validity=MIN_TOKEN_VALIDITY)
                 client = Firecrest(self.site.api_url, auth, verify=self.site.verify_tls)
                 client.num_retries_rate_limit = RATE_LIMIT_RETRIES
-                client.disable_client_logging = False
+                self._configure(client)
                 self._client = client
             return self._client
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-import os
 import posixpath
 import time
 from collections.abc import Mapping, Sequence
@@ -22,14 +21,11 @@ from typing import TYPE_CHECKING, Any
 from ..errors import LaunchersError
 from ..jobs.executor import StateUpdate
 from .firecrest_executor import (
-    MIN_TOKEN_VALIDITY,
     NOT_VISIBLE_GRACE,
-    RATE_LIMIT_RETRIES,
     FirecrestExecutor,
-    _auth_class,
     firecrest_transient,
 )
-from .http import require_env, status_of, with_retries
+from .http import status_of, with_retries
 
 if TYPE_CHECKING:
     from ..jobs.job import Job
@@ -43,23 +39,13 @@ TASK_POLL_SLEEPS = [0.2] * 10 + [0.5] * 20 + [1.0] * 120
 class FirecrestV1Executor(FirecrestExecutor):
     """Submits, follows and cancels jobs on one firecREST v1 machine."""
 
-    def client(self) -> Any:
-        """The pyfirecrest v1 client (created once)."""
+    def _client_class(self) -> Any:
         from firecrest.v1 import Firecrest
 
-        with self._lock:
-            if self._client is None:
-                ids, secrets = self._names()
-                where = f"firecREST site {self.site.api_url}"
-                cid = require_env(ids, f"{where}: no client id", os.environ)
-                secret = require_env(secrets, f"{where}: no client secret", os.environ)
-                self._secrets = [secret]
-                auth = _auth_class()(cid, secret, self.site.token_url, min_token_validity=MIN_TOKEN_VALIDITY)
-                client = Firecrest(self.site.api_url, auth, verify=self.site.verify_tls)
-                client.num_retries_rate_limit = RATE_LIMIT_RETRIES
-                client.polling_sleep_times = list(TASK_POLL_SLEEPS)
-                self._client = client
-            return self._client
+        return Firecrest
+
+    def _configure(self, client: Any) -> None:
+        client.polling_sleep_times = list(TASK_POLL_SLEEPS)
 
     def _site_record(self) -> dict[str, Any]:
         return {**super()._site_record(), "api_version": 1}
