@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import email.parser
 import email.policy
+import shutil
 import threading
 import time
 import uuid
@@ -192,6 +193,13 @@ class FirecrestServer(LoopbackServer):
             return p
         if not p.exists():
             return self.error(404, f"{p}: No such file or directory")
+        if op == "rm" and req.method == "DELETE":
+            # ``rm -R`` of a file or a directory tree (firecREST v2 answers 204)
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+            return Response(204)
         if op == "stat":
             st = p.stat()
             return Response(200, {"output": {"mode": st.st_mode, "ino": st.st_ino, "dev": st.st_dev,

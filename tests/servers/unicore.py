@@ -120,6 +120,10 @@ class UnicoreServer(LoopbackServer):
         self.job_gets = 0
         self.max_job_gets_in_flight = 0
         self._job_gets_in_flight = 0
+        #: shared storages every user has (``/storages/NAME``), as a site's ``HOME``
+        self.user_storages = ["HOME"]
+        #: requests per path prefix under ``/storages/`` (method, storage-relative path), for tests
+        self.storage_requests: list[tuple[str, str]] = []
 
     @property
     def base_url(self) -> str:
@@ -230,16 +234,60 @@ class UnicoreServer(LoopbackServer):
                 self.destroy(job)
                 return Response(204)
             return self.error(405, "method not allowed")
-        m = re.fullmatch(r"/storages/([\w-]+)-uspace(/files(/.*)?)?", rest)
+        m = re.fullmatch(r"/storages/([\w-]+)-uspace(/files(/.*)?|/actions/(rename|copy))?", rest)
         if m:
             job = self.jobs.get(m.group(1))
             if job is None or job.owner != user:
                 return self.error(404, "storage not found")
-            if not m.group(2):
-                return Response(200, {"resourceStatus": "READY", "mountPoint": str(job.workdir),
-                                      "_links": {"files": self.link(f"/storages/{job.id}-uspace/files")}})
-            return self.files(req, job, (m.group(3) or "/").lstrip("/"))
+            return self.storage(req, f"{job.id}-uspace", job.workdir, m.group(2), m.group(3), m.group(4))
+        if rest == "/storages" and req.method == "GET":
+            return Response(200, {"storages": [self.base_url + "/storages/" + n for n in self.user_storages]})
+        m = re.fullmatch(r"/storages/([\w-]+)(/files(/.*)?|/actions/(rename|copy))?", rest)
+        if m and m.group(1) in self.user_storages:
+            root = self.storage_root(m.group(1), user)
+            return self.storage(req, m.group(1), root, m.group(2), m.group(3), m.group(4))
         return self.error(404, f"no resource {rest}")
+
+    def storage_root(self, name: str, user: str) -> Path:
+        """Where a user's shared storage (``HOME``, ...) lives on the "site" file system."""
+        root = self.root / "storages" / user / name
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+
+    def storage(self, req: Request, sid: str, root: Path, sub: str | None, rel: str | None,
+                action: str | None) -> Response:
+        """A storage resource: its properties, ``/files/...`` or an action (rename, copy)."""
+        if not sub:
+            s = f"/storages/{sid}"
+            return Response(200, {"resourceStatus": "READY", "mountPoint": str(root), "protocols": ["BFT"],
+                                  "description": f"storage {sid}", "filesystemDescription": "",
+                                  "_links": {"self": self.link(s), "files": self.link(s + "/files"),
+                                             "action:rename": self.link(s + "/actions/rename"),
+                                             "action:copy": self.link(s + "/actions/copy")}})
+        if action:
+            if req.method != "POST":
+                return self.error(405, "POST an action")
+            return self.storage_action(root, action, req.json() or {})
+        return self.files(req, root, (rel or "/").lstrip("/"))
+
+    def storage_action(self, root: Path, action: str, body: dict[str, Any]) -> Response:
+        """``rename``/``copy`` with ``{"from": P, "to": Q}`` (paths relative to the storage root),
+        as UNICORE's storage does through its TSI: a rename is one ``rename(2)``, a missing source
+        an error (500, its message)."""
+        src, dst = (root / str(body.get("from", "")).lstrip("/")).resolve(), \
+            (root / str(body.get("to", "")).lstrip("/")).resolve()
+        for p in (src, dst):
+            if root.resolve() not in (p, *p.parents):
+                return self.error(400, "path outside the storage")
+        try:
+            if action == "rename":
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                src.rename(dst)
+            else:
+                shutil.copyfile(src, dst)
+        except OSError as e:
+            return self.error(500, f"Could not {action} {body.get('from')} to {body.get('to')}: {e.strerror}")
+        return Response(200, {})
 
     def submit(self, req: Request, user: str) -> Response:
         desc = req.json()
@@ -352,9 +400,10 @@ class UnicoreServer(LoopbackServer):
             props["exitCode"] = job.exit_code
         return props
 
-    def files(self, req: Request, job: UJob, rel: str) -> Response:
-        target = (job.workdir / rel).resolve()
-        if job.workdir.resolve() not in (target, *target.parents):
+    def files(self, req: Request, root: Path, rel: str) -> Response:
+        self.storage_requests.append((req.method, rel))
+        target = (root / rel).resolve()
+        if root.resolve() not in (target, *target.parents):
             return self.error(400, "path outside the storage")
         if req.method == "PUT":
             if self.faults.upload_should_fail():
@@ -379,7 +428,7 @@ class UnicoreServer(LoopbackServer):
         if target.is_dir():
             content = {}
             for child in sorted(target.iterdir()):
-                path = "/" + child.relative_to(job.workdir).as_posix() + ("/" if child.is_dir() else "")
+                path = "/" + child.relative_to(root).as_posix() + ("/" if child.is_dir() else "")
                 content[path] = self.stat(child)
             return Response(200, {"isDirectory": True, "content": content})
         return Response(200, self.stat(target))
