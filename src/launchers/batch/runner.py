@@ -303,6 +303,10 @@ class Runner:
         self.host = socket.gethostname()
         self.native_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("LAUNCHERS_PILOT_ID") or str(os.getppid())
         self.runner_id = args.runner_id or "%s-%s-%d" % (self.native_id, self.host.split(".")[0], os.getpid())
+        #: the pilot's name (``lxpilot-<shape>-<n>``): the manager maps runners to pilots by it
+        self.pilot = getattr(args, "pilot", None)
+        #: runners the manager knows lost (their pilot is final): re-queued at start-up
+        self.lost_runners = list(getattr(args, "lost_runner", None) or [])
         self.running: dict[str, Running] = {}
         self.stop_claiming = False
         self.terminating = False
@@ -325,6 +329,7 @@ class Runner:
             "runner": self.runner_id, "native_id": self.native_id, "host": self.host, "pid": os.getpid(),
             "time": time.time(), "slots": self.slots, "started": self.started, "end": self.end,
             "running": sorted(self.running), "tasks_run": self.tasks_run, "draining": self.stop_claiming,
+            "pilot": self.pilot,
         })
         self.last_heartbeat = time.monotonic()
 
@@ -467,7 +472,7 @@ class Runner:
     ) -> None:
         summary = {"state": state, "rc": rc, "signal": sig, "start": start, "end": now_iso(), "end_time": time.time(),
                    "runner": self.runner_id, "attempt": entry.get("attempt"), "native_id": self.native_id,
-                   "host": self.host}
+                   "host": self.host, "pilot": self.pilot}
         if reason:
             summary["reason"] = reason
         finish_entry(self.queue, entry["id"], summary, runner=self.runner_id)
@@ -553,7 +558,7 @@ class Runner:
         self.heartbeat()
         self.log("started: slots %d, walltime %s, linger %s, drain margin %s"
                  % (self.slots, self.walltime or "none", self.linger, self.drain_margin))
-        recover_lost(self.queue, self.runner_id, self.lost_after, skip_runner=self.runner_id)
+        recover_lost(self.queue, self.runner_id, self.lost_after, self.lost_runners, skip_runner=self.runner_id)
         self.last_lost_check = time.monotonic()
         while True:
             if self.terminating:
@@ -603,6 +608,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kill-grace", type=float, default=30.0)
     p.add_argument("--lost-after", type=float, default=LOST_AFTER)
     p.add_argument("--runner-id", default=None)
+    p.add_argument("--pilot", default=None, help="the pilot's name (recorded in heartbeats)")
+    p.add_argument("--lost-runner", action="append", default=[],
+                   help="a runner whose pilot is known final: its claims are re-queued at start-up")
     return p.parse_args(argv)
 
 
