@@ -32,6 +32,7 @@ from . import queue as Q
 from . import runner as R
 from .launcher import BatchLauncher
 from .remote import RemoteQueue, RemoteSnapshot, connector_of, remote_base
+from .rest import RestQueue, check_rest_site, rest_queue
 
 if TYPE_CHECKING:
     from ..jobs.job import Job
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("launchers.batch")
 
 MAX_AUTO_SLOTS = 8
+#: inner launchers whose queue lives at a site reached through a REST API (batch/rest.py)
+REST_KINDS = ("unicore", "firecrest")
 MIN_WALLTIME = 3600.0
 ACTIVE = (JobState.WAITING, JobState.SUBMITTING, JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED)
 
@@ -100,6 +103,11 @@ def shape_of(inner: Launcher) -> str:
     }
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def pilot_name(shape: str, n: int) -> str:
+    """``lxpilot-<shape12>-<n>``: the pilot's job name, also passed to its runner."""
+    return f"lxpilot-{shape}-{n}"
 
 
 def node_capacities(inner: Launcher) -> list[tuple[int, int, int]]:
@@ -182,8 +190,8 @@ class Shape:
     longest: float = 0.0
     jobs: dict[str, Job] = attrs.field(factory=dict)
     refused_pilot: str | None = None
-    #: the queue on the far side of an SSH connector (None: the local queue is the queue)
-    remote: RemoteQueue | None = None
+    #: the queue on the far side of an SSH connector or a REST API (None: the local queue is the queue)
+    remote: RemoteQueue | RestQueue | None = None
     #: the remote queue's last scan (entries read in the same command)
     last_remote: RemoteSnapshot | None = None
     #: when the remote queue was last checked for lost runners (monotonic)
@@ -269,8 +277,11 @@ class BatchExecutor(Executor):
     def _is_remote(batch: BatchLauncher) -> bool:
         return getattr(batch.inner, "connector", "local") not in ("local", None)
 
-    def _remote_queue(self, batch: BatchLauncher, key: str) -> RemoteQueue | None:
-        """Over SSH, the queue lives under the connector's ``workdir``: ``batch/<shape key>``."""
+    def _remote_queue(self, batch: BatchLauncher, key: str) -> RemoteQueue | RestQueue | None:
+        """Where the queue lives when the pilot does not see this machine: under an SSH
+        connector's ``workdir`` (``batch/<shape key>``), or at a UNICORE/firecREST site."""
+        if batch.inner.kind in REST_KINDS:
+            return rest_queue(batch.inner, key)
         if not self._is_remote(batch):
             return None
         connector = connector_of(batch.inner)
@@ -286,19 +297,17 @@ class BatchExecutor(Executor):
     def validate(self, launcher: Launcher, task: Task) -> None:
         if not isinstance(launcher, BatchLauncher):
             raise LaunchersError(f"batch executor: {launcher!r} is not a BatchLauncher")
-        if self._is_remote(launcher) and launcher.inner.kind == "slurm":
-            if task.kind != KIND_COMMAND:
-                raise LaunchersError(
-                    f"task {task.task_id}: batching over connector {launcher.connector!r} runs commands "
-                    "only (a Python callable needs its local job directory): use launchers.command"
-                )
-        elif getattr(launcher.inner, "connector", "local") not in ("local", None):
+        kind = launcher.inner.kind
+        if kind not in ("local", "slurm", *REST_KINDS):
+            raise LaunchersError(f"batching over {kind} launchers is not supported")
+        if (kind in REST_KINDS or self._is_remote(launcher)) and task.kind != KIND_COMMAND:
+            where = f"a {kind} site" if kind in REST_KINDS else f"connector {launcher.connector!r}"
             raise LaunchersError(
-                f"batching through connector {launcher.connector!r} is not supported yet: only local "
-                "queues (direct launcher, Slurm on this machine) are"
+                f"task {task.task_id}: batching over {where} runs commands only (a Python callable "
+                "needs its local job directory): use launchers.command"
             )
-        if launcher.inner.kind not in ("local", "slurm"):
-            raise LaunchersError(f"batching over {launcher.inner.kind} launchers is not supported yet")
+        if kind in REST_KINDS:
+            check_rest_site(launcher.inner)
         check_fits(launcher, task.task_id)
 
     # -- submission -----------------------------------------------------------------------------
@@ -378,7 +387,8 @@ class BatchExecutor(Executor):
             await self.submit(job)
             return
         shape.jobs[tid] = job
-        info = {"queue": str(shape.queue), "shape": shape.key, "pending": snap.pending.get(tid, "")}
+        info = {"queue": str(shape.queue), "shape": shape.key, "pending": snap.pending.get(tid, ""),
+                **({"remote_queue": shape.remote.path} if shape.remote else {})}
         job.apply(StateUpdate(state=JobState.PENDING, detail="adopted after a crash",
                               native_id=f"batch:{shape.key}:{tid}", extra={"batch": info}))
 
@@ -420,13 +430,13 @@ class BatchExecutor(Executor):
         owner = ProcessId.from_json(rec.extra.get("owner"))
         return owner is not None and owner.pid != os.getpid() and owner.is_alive()
 
-    async def _manage(self, shape: Shape, snap: Q.Snapshot) -> None:
+    async def _manage(self, shape: Shape, snap: Q.Snapshot, orphaned: bool = False) -> None:
         """Submit a pilot when tasks are pending and none is PENDING/RUNNING; scale up to
         ``max_pilots`` when the oldest pending task waited ``scale_after`` while all run."""
         for pilot in shape.pilots:
             if pilot.observer:
                 pilot.refresh()
-        if not snap.pending:
+        if not snap.pending and not orphaned:
             return
         active = self._active(shape)
         batch = shape.batch
@@ -464,9 +474,12 @@ class BatchExecutor(Executor):
             python, f"{qpath}/{Q.RUNNER_FILE}", "--queue", qpath, "--slots", str(slots),
             "--walltime", f"{walltime:g}", "--linger", f"{batch.linger:g}",
             "--drain-margin", f"{batch.drain_margin:g}", "--kill-grace", f"{batch.kill_grace:g}",
+            "--pilot", pilot_name(shape.key, n),
         ]
-        task = command(argv, name=f"lxpilot-{shape.key}-{n}", cwd=qpath, resumable=inner.kind == "slurm")
-        if inner.kind == "slurm":
+        if isinstance(shape.remote, RestQueue):
+            argv += shape.remote.pilot_args()
+        task = command(argv, name=pilot_name(shape.key, n), cwd=qpath, resumable=inner.kind == "slurm")
+        if inner.kind in ("slurm", *REST_KINDS):
             launcher = _pilot_slurm_launcher(inner, batch, res, slots, walltime)
         else:
             launcher = inner
@@ -529,12 +542,19 @@ class BatchExecutor(Executor):
         rs = shape.last_remote
         assert rs is not None
         if rs.running:
-            finals = {p.native_id for p in shape.pilots if p.state.is_final and p.native_id}
-            lost = [r for r, e in rs.runners.items() if str(e.get("native_id")) in finals]
+            finals = self._final_pilot_keys(shape)
+            lost = [r for r, e in rs.runners.items()
+                    if str(e.get("pilot")) in finals or str(e.get("native_id")) in finals]
             claimed = {str(e.get("runner")) for e in rs.running.values()}
+            lost_claimed = set(lost) & claimed
             now = time.monotonic()
-            due = now - shape.last_recover >= R.LOST_CHECK_EVERY
-            if (set(lost) & claimed) or due:
+            if isinstance(shape.remote, RestQueue):
+                # no heartbeat ages over REST (the runners check those): claims of final pilots only
+                known = set() if shape.remote.can_rename else shape.remote.lost_runners
+                go = bool(lost_claimed - known)
+            else:
+                go = bool(lost_claimed) or now - shape.last_recover >= R.LOST_CHECK_EVERY
+            if go:
                 shape.last_recover = now
                 moved = await shape.remote.recover(f"manager-{os.getpid()}", lost)
                 if moved:
@@ -546,13 +566,18 @@ class BatchExecutor(Executor):
             tid = job.task_id
             if tid in rs.done:
                 await shape.remote.fetch_outputs(tid, job.directory)
-                out[job] = self._final(job, rs.done[tid])
+                done = rs.done[tid]
+                update = self._final(job, done)
+                if done.get("pilot"):  # the pilot job's own id (UNICORE's differs from Slurm's)
+                    update = attrs.evolve(update, extra={**(update.extra or {}), "pilot": self._pilot_of(shape, done)})
+                out[job] = update
             elif tid in rs.running:
                 entry = rs.running[tid]
-                if job.state is JobState.RUNNING and job.record.extra.get("runner") == entry.get("runner"):
+                if (job.state is JobState.RUNNING and job.record.extra.get("runner") == entry.get("runner")
+                        and job.pilot is not None):
                     continue
                 runner = rs.runners.get(str(entry.get("runner", ""))) or {}
-                native = runner.get("native_id")
+                native = self._pilot_of(shape, runner)
                 out[job] = StateUpdate(
                     state=JobState.RUNNING, detail=f"claimed by runner {entry.get('runner')}", reason="",
                     extra={"pilot": str(native) if native is not None else None, "runner": entry.get("runner"),
@@ -561,6 +586,11 @@ class BatchExecutor(Executor):
             elif tid in snap.pending and job.state is JobState.RUNNING:
                 out[job] = StateUpdate(state=JobState.PENDING, detail="re-queued",
                                        reason="re-queued: its runner was lost")
+        orphaned = isinstance(shape.remote, RestQueue) and bool(shape.remote.lost_runners) and any(
+            str(e.get("runner")) in shape.remote.lost_runners for e in rs.running.values())
+        if orphaned and not snap.pending:
+            # claims of a final pilot that no rename can re-queue: the next pilot's runner does
+            await self._manage(shape, snap, orphaned=True)
         if snap.pending:
             refused = [p for p in shape.pilots if p.state is JobState.FAILED and not p.native_id]
             if refused and not self._active(shape):
@@ -571,6 +601,26 @@ class BatchExecutor(Executor):
                 shape.pilots = [p for p in shape.pilots if p not in refused]
                 snap = await self._scan(shape)
             await self._manage(shape, snap)
+
+    def _final_pilot_keys(self, shape: Shape) -> set[str]:
+        """Names and native ids of this shape's final pilots (runners name their pilot)."""
+        out: set[str] = set()
+        for p in shape.pilots:
+            if p.state.is_final:
+                out.add(pilot_name(shape.key, int(p.directory.name)) if p.directory.name.isdigit() else "")
+                if p.native_id:
+                    out.add(str(p.native_id))
+        out.discard("")
+        return out
+
+    def _pilot_of(self, shape: Shape, runner: Mapping[str, Any]) -> str | None:
+        """The native id of a runner's pilot job (its runner knows only the scheduler's id)."""
+        name = runner.get("pilot")
+        for p in shape.pilots:
+            if name and p.native_id and p.directory.name.isdigit() and pilot_name(shape.key, int(p.directory.name)) == name:
+                return str(p.native_id)
+        native = runner.get("native_id")
+        return str(native) if native is not None else None
 
     def _fail_if_pilot_refused(self, shape: Shape, snap: Q.Snapshot, mine: list[Job], out: dict[Job, StateUpdate]) -> bool:
         """A pilot refused at submission (no id): this process's pending tasks fail with its

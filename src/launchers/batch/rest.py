@@ -1,0 +1,536 @@
+"""The queue directory protocol over a REST file API (batching.md §3.3): UNICORE storages and
+firecREST file systems.
+
+Neither API offers a cheap, atomic publish-by-rename, so entries are written in place and every
+reader skips a file that is not a complete JSON object (the next scan tries again). The runner,
+which runs where the queue is, still does every other state change by ``rename(2)``. The manager
+reads the queue with few requests per cycle: one listing each of ``pending/``, ``running/`` and
+``done/``, plus one read per entry that appeared since the last cycle (entries are cached).
+
+``RestQueue`` holds the protocol; ``UnicoreQueue`` and ``FirecrestQueue`` only provide the file
+primitives (list, read, write, delete, rename, mkdir), run in worker threads.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import json
+import logging
+import posixpath
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import attrs
+
+from ..errors import ConnectorError, LaunchersError
+from . import queue as Q
+from . import runner as R
+from .remote import OUTPUTS, RemoteSnapshot
+
+if TYPE_CHECKING:
+    from ..remote.firecrest_executor import FirecrestExecutor
+    from ..remote.unicore_executor import UnicoreExecutor
+
+log = logging.getLogger("launchers.batch")
+
+#: entries read at once during a scan (worker threads)
+READ_PARALLEL = 8
+TASKS = "tasks"
+
+
+# -- pure pieces --------------------------------------------------------------------------------
+
+
+def parse_entry(data: bytes | str | None) -> dict[str, Any] | None:
+    """A queue entry: the JSON object in ``data``, None when absent or incomplete (pure)."""
+    if data is None:
+        return None
+    try:
+        value = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def entry_names(names: Sequence[str]) -> list[str]:
+    """Visible names of a listing (hidden temporaries and probes dropped), sorted (pure)."""
+    return sorted(n for n in names if n and not n.startswith("."))
+
+
+def snapshot_of(pending: Sequence[str], running: Sequence[str], done: Sequence[str],
+                runners: Sequence[str] = ()) -> Q.Snapshot:
+    """Three listings as a ``Snapshot`` (the cancel listing is not read over REST) (pure)."""
+    pend: dict[str, str] = {}
+    for name in pending:
+        parsed = R.split_pending(name)
+        if parsed is not None:
+            pend[parsed[1]] = name
+
+    def ids(names: Sequence[str]) -> frozenset[str]:
+        return frozenset(n[:-5] for n in names if n.endswith(".json"))
+
+    return Q.Snapshot(pending=pend, running=ids(running), done=ids(done), cancel=frozenset(),
+                      runners=frozenset(runners))
+
+
+def lost_claims(running: Mapping[str, Mapping[str, Any]], final_runners: Sequence[str]) -> list[str]:
+    """Task ids claimed by a runner whose pilot is final (pure)."""
+    finals = set(final_runners)
+    return sorted(t for t, e in running.items() if str(e.get("runner")) in finals)
+
+
+def requeue_target(task_id: str, entry: Mapping[str, Any], cancelled: bool) -> str:
+    """Where a lost claim goes: ``done/<id>.json`` when its cancel was asked, else back to
+    ``pending/<seq>-<id>.json`` with its attempt kept (pure)."""
+    if cancelled:
+        return f"{R.DONE}/{task_id}.json"
+    return f"{R.PENDING}/{R.pending_name(int(entry.get('seq') or 0), task_id)}"
+
+
+def cancelled_entry(task_id: str) -> dict[str, Any]:
+    """The ``done/`` entry of a task cancelled before any runner claimed it (pure)."""
+    return {"id": task_id, "state": "CANCELLED", "reason": "cancelled on request", "rc": None, "signal": None,
+            "start": None, "end": R.now_iso()}
+
+
+# -- the protocol over file primitives -------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class RestQueue(abc.ABC):
+    """A queue on a site reached through a REST file API; paths given to the primitives are
+    relative to the queue directory. ``path`` is the queue's absolute path on the site."""
+
+    path: str = ""
+    ready: bool = False
+    #: whether the API renames files cheaply and atomically (recovery and cancel use it)
+    can_rename: bool = False
+    #: runners whose pilot is final and whose claims no rename could recover: the next pilot's
+    #: runner re-queues them at start-up (``--lost-runner``)
+    lost_runners: set[str] = attrs.field(factory=set)
+    _done: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    _running: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    _runners: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    _cancelled: set[str] = attrs.field(factory=set)
+    _lock: asyncio.Lock | None = None
+    #: requests sent by this queue (tests and docs count them)
+    requests: int = 0
+
+    # primitives (blocking; called in worker threads) -------------------------------------------
+
+    @abc.abstractmethod
+    def resolve_sync(self) -> None:
+        """Find the queue's absolute path on the site (sets ``path``)."""
+
+    @abc.abstractmethod
+    def list_sync(self, rel: str) -> list[str] | None:
+        """Names in a directory; None when it does not exist."""
+
+    @abc.abstractmethod
+    def read_sync(self, rel: str) -> bytes | None:
+        """A file's bytes; None when it does not exist."""
+
+    @abc.abstractmethod
+    def write_sync(self, rel: str, data: bytes) -> None:
+        """Write a file in place (its directory exists)."""
+
+    @abc.abstractmethod
+    def delete_sync(self, rel: str) -> bool:
+        """Remove a file or a directory tree; False when it did not exist (or could not go)."""
+
+    @abc.abstractmethod
+    def mkdirs_sync(self, rels: Sequence[str]) -> None:
+        """Create directories (with their parents)."""
+
+    def rename_sync(self, src: str, dst: str) -> bool:
+        """Rename ``src`` to ``dst``; False when ``src`` is gone. Only when ``can_rename``."""
+        raise LaunchersError("this transport has no rename")
+
+    # helpers ---------------------------------------------------------------------------------
+
+    async def _call(self, fn: Any, *args: Any) -> Any:
+        self.requests += 1
+        return await asyncio.to_thread(fn, *args)
+
+    async def _read_many(self, rels: Sequence[str]) -> list[bytes | None]:
+        sem = asyncio.Semaphore(READ_PARALLEL)
+
+        async def one(rel: str) -> bytes | None:
+            async with sem:
+                return await self._call(self.read_sync, rel)
+
+        return list(await asyncio.gather(*(one(r) for r in rels)))
+
+    async def _resolve(self) -> None:
+        if not self.path:
+            await self._call(self.resolve_sync)
+
+    # the protocol ----------------------------------------------------------------------------
+
+    async def ensure(self) -> None:
+        """Create the subdirectories and upload ``runner.py`` (once per process)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            await self._resolve()
+            if self.ready:
+                return
+            await self._call(self.mkdirs_sync, [*R.SUBDIRS, TASKS])
+            await self._call(self.write_sync, Q.RUNNER_FILE, Q.runner_source())
+            self.ready = True
+
+    def task_dir(self, task_id: str) -> str:
+        """Where a task's outputs are written on the site."""
+        return f"{self.path}/{TASKS}/{task_id}"
+
+    async def prepare_task(self, task_id: str) -> str:
+        """The task's directory on the site, emptied of a previous run's outputs and entries."""
+        await self._resolve()
+        for rel in (f"{TASKS}/{task_id}", f"{R.DONE}/{task_id}.json", f"{R.CANCEL}/{task_id}"):
+            await self._call(self.delete_sync, rel)
+        await self._call(self.mkdirs_sync, [f"{TASKS}/{task_id}"])
+        self._done.pop(task_id, None)
+        self._running.pop(task_id, None)
+        self._cancelled.discard(task_id)
+        return self.task_dir(task_id)
+
+    async def publish(self, entry: Mapping[str, Any]) -> str:
+        """Write ``pending/<seq>-<id>.json`` in place (readers skip it until it parses)."""
+        await self._resolve()
+        data = dict(entry)
+        data.setdefault("seq", time.time_ns())
+        data.setdefault("attempt", 0)
+        name = R.pending_name(int(data["seq"]), str(data["id"]))
+        await self._call(self.write_sync, f"{R.PENDING}/{name}", json.dumps(data).encode())
+        return name
+
+    async def scan(self) -> RemoteSnapshot:
+        """Three listings, then one read per done/running entry and runner not seen before."""
+        await self._resolve()
+        lists = await asyncio.gather(*(self._call(self.list_sync, s) for s in (R.PENDING, R.RUNNING, R.DONE)))
+        pending, running, done = (entry_names(x or []) for x in lists)
+        done_ids = [n[:-5] for n in done if n.endswith(".json")]
+        running_ids = [n[:-5] for n in running if n.endswith(".json")]
+        self._done = {t: e for t, e in self._done.items() if t in set(done_ids)}
+        new_done = [t for t in done_ids if t not in self._done]
+        # a claim is read when it appears (a re-claim passes through pending/ and appears again)
+        self._running = {t: e for t, e in self._running.items() if t in set(running_ids)}
+        new_running = [t for t in running_ids if t not in self._running]
+        rels = [f"{R.DONE}/{t}.json" for t in new_done] + [f"{R.RUNNING}/{t}.json" for t in new_running]
+        for rel, data in zip(rels, await self._read_many(rels), strict=True):
+            entry = parse_entry(data)
+            if entry is None:
+                continue  # written in place and not complete yet (or gone): next scan
+            tid = rel.split("/", 1)[1][:-5]
+            (self._done if rel.startswith(R.DONE) else self._running)[tid] = entry
+        wanted = sorted({str(e.get("runner")) for e in self._running.values() if e.get("runner")}
+                        - set(self._runners))
+        for runner, data in zip(wanted, await self._read_many([f"{R.RUNNERS}/{r}.json" for r in wanted]),
+                                strict=True):
+            entry = parse_entry(data)
+            if entry is not None:
+                self._runners[runner] = entry
+        snap = snapshot_of(pending, running, done, list(self._runners))
+        return RemoteSnapshot(snap, dict(self._done), dict(self._running), dict(self._runners))
+
+    async def cancel_task(self, task_id: str) -> str:
+        """"cancelled" when still pending (renamed, or removed, into ``done/``), "requested"
+        (``cancel/<id>`` written: the runner stops it) otherwise."""
+        await self._resolve()
+        self._cancelled.add(task_id)
+        names = entry_names(await self._call(self.list_sync, R.PENDING) or [])
+        name = next((n for n in names if (R.split_pending(n) or (0, ""))[1] == task_id), None)
+        done = f"{R.DONE}/{task_id}.json"
+        if name is not None and self.can_rename and await self._call(self.rename_sync, f"{R.PENDING}/{name}", done):
+            await self._call(self.write_sync, done, json.dumps(cancelled_entry(task_id)).encode())
+            return "cancelled"
+        if task_id in self._done:
+            return "requested"
+        # first the request (a runner claiming meanwhile sees it), then take the entry away
+        await self._call(self.write_sync, f"{R.CANCEL}/{task_id}", (R.now_iso() + "\n").encode())
+        if name is not None and not self.can_rename and await self._call(self.delete_sync, f"{R.PENDING}/{name}"):
+            await self._call(self.write_sync, done, json.dumps(cancelled_entry(task_id)).encode())
+            return "cancelled"
+        return "requested"
+
+    async def recover(self, who: str, final_runners: list[str], lost_after: float = R.LOST_AFTER) -> list[str]:
+        """Re-queue the claims of runners whose pilot is final: by rename where the API has
+        one; else remember the runners for the next pilot, whose runner re-queues them."""
+        lost = lost_claims(self._running, final_runners)
+        if not lost:
+            return []
+        if not self.can_rename:
+            self.lost_runners.update(str(self._running[t].get("runner")) for t in lost)
+            return []
+        moved = []
+        for tid in lost:
+            entry = self._running[tid]
+            target = requeue_target(tid, entry, tid in self._cancelled)
+            if await self._call(self.rename_sync, f"{R.RUNNING}/{tid}.json", target):
+                moved.append(tid)
+                self._running.pop(tid, None)
+                if target.startswith(R.DONE):
+                    await self._call(self.write_sync, target, json.dumps(cancelled_entry(tid)).encode())
+        return moved
+
+    def pilot_args(self) -> list[str]:
+        """Runner arguments for the next pilot: ``--lost-runner R`` for every known lost runner."""
+        out: list[str] = []
+        for r in sorted(self.lost_runners):
+            out += ["--lost-runner", r]
+        return out
+
+    async def fetch_outputs(self, task_id: str, local: Path) -> None:
+        """Copy the task's outputs into its local job directory (one listing, one read each)."""
+        await self._resolve()
+        present = set(await self._call(self.list_sync, f"{TASKS}/{task_id}") or [])
+        names = [n for n in OUTPUTS if n in present]
+        for name, data in zip(names, await self._read_many([f"{TASKS}/{task_id}/{n}" for n in names]),
+                              strict=True):
+            if data is None:
+                continue
+            local.mkdir(parents=True, exist_ok=True)
+            (local / name).write_bytes(data)
+
+
+# -- UNICORE ----------------------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class UnicoreQueue(RestQueue):
+    """The queue at ``launchers/batch/<shape>`` in a UNICORE storage (``site.batch_storage``):
+    files through ``/storages/NAME/files/...``, renames through the storage's ``rename`` action."""
+
+    executor: UnicoreExecutor | None = None
+    storage: str = "HOME"
+    rel: str = ""
+    _files_url: str = ""
+    _rename_url: str = ""
+
+    def _ex(self) -> UnicoreExecutor:
+        assert self.executor is not None
+        return self.executor
+
+    def _retry(self, fn: Any, what: str) -> Any:
+        from ..remote.http import with_retries
+
+        ex = self._ex()
+        return with_retries(fn, f"UNICORE {ex.site.url}: {what}", tries=4, secrets=ex._secrets)
+
+    def _url(self, rel: str) -> str:
+        path = posixpath.join(self.rel, rel) if rel else self.rel
+        return f"{self._files_url}/{quote(path)}"
+
+    def resolve_sync(self) -> None:
+        ex = self._ex()
+        url = f"{ex.site.url.rstrip('/')}/storages/{quote(self.storage)}"
+        try:
+            props = self._retry(lambda: ex._get(url), f"storage {self.storage}")
+        except LaunchersError:
+            raise
+        except Exception as e:
+            raise ConnectorError(f"UNICORE site {ex.site.url}: cannot use the storage {self.storage!r} "
+                                 f"(site.batch_storage) for the batch queue: {e}") from None
+        links = props.get("_links") or {}
+        mount = str(props.get("mountPoint") or "")
+        if not mount:
+            raise ConnectorError(f"UNICORE storage {self.storage!r} does not tell its mountPoint: the pilot "
+                                 "could not find the queue")
+        self._files_url = str((links.get("files") or {}).get("href") or url + "/files").rstrip("/")
+        self._rename_url = str((links.get("action:rename") or {}).get("href") or "")
+        self.can_rename = bool(self._rename_url)
+        self.path = posixpath.join(mount.rstrip("/") or "/", self.rel)
+
+    def list_sync(self, rel: str) -> list[str] | None:
+        from ..remote.http import status_of
+
+        try:
+            props = self._retry(lambda: self._ex()._get(self._url(rel), headers={"Accept": "application/json"}),
+                                f"list {rel}")
+        except Exception as e:
+            if status_of(e) == 404:
+                return None
+            raise
+        return [posixpath.basename(str(k).rstrip("/")) for k in (props.get("content") or {})]
+
+    def read_sync(self, rel: str) -> bytes | None:
+        from ..remote.http import status_of
+
+        def get() -> bytes | None:
+            try:
+                resp = self._ex()._get(self._url(rel), headers={"Accept": "application/octet-stream"}, to_json=False)
+            except Exception as e:
+                if status_of(e) == 404:
+                    return None
+                raise
+            return bytes(resp.content)
+
+        return self._retry(get, f"read {rel}")
+
+    def write_sync(self, rel: str, data: bytes) -> None:
+        transport = self._ex().client().transport
+        self._retry(lambda: transport.put(url=self._url(rel), headers={"Content-Type": "application/octet-stream"},
+                                          content=data).close(), f"write {rel}")
+
+    def delete_sync(self, rel: str) -> bool:
+        transport = self._ex().client().transport
+        try:
+            self._retry(lambda: transport.delete(url=self._url(rel)).close(), f"delete {rel}")
+        except LaunchersError:
+            raise
+        except Exception:
+            return False
+        return True
+
+    def mkdirs_sync(self, rels: Sequence[str]) -> None:
+        transport = self._ex().client().transport
+        for rel in rels:
+            self._retry(lambda rel=rel: transport.post(url=self._url(rel), json={}).close(), f"mkdir {rel}")
+
+    def rename_sync(self, src: str, dst: str) -> bool:
+        transport = self._ex().client().transport
+        body = {"from": posixpath.join(self.rel, src), "to": posixpath.join(self.rel, dst)}
+        try:
+            self._retry(lambda: transport.post(url=self._rename_url, json=body).close(), f"rename {src}")
+        except LaunchersError:
+            raise
+        except Exception as e:  # the source is gone (a runner claimed it) or the rename failed
+            log.debug("UNICORE rename %s -> %s: %s", src, dst, e)
+            return False
+        return True
+
+
+# -- firecREST ------------------------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class FirecrestQueue(RestQueue):
+    """The queue at ``<workdir>/batch/<shape>`` on a firecREST system: ``ops/ls``, ``ops/view``,
+    ``ops/upload``, ``ops/rm``, ``ops/mkdir``. firecREST v2 moves files only in a scheduler job
+    (``transfer/mv``): no cheap rename, so cancel removes the pending entry and recovery is left
+    to the next pilot's runner."""
+
+    executor: FirecrestExecutor | None = None
+    key: str = ""
+
+    def _ex(self) -> FirecrestExecutor:
+        assert self.executor is not None
+        return self.executor
+
+    def _abs(self, rel: str) -> str:
+        return posixpath.join(self.path, rel) if rel else self.path
+
+    def resolve_sync(self) -> None:
+        self.path = posixpath.join(self._ex().base_dir(), "batch", self.key)
+
+    def _missing(self, fn: Any, what: str) -> Any:
+        """``fn(client)``, or None when the site answers 404 (no such file)."""
+        from ..remote.firecrest_executor import firecrest_transient
+        from ..remote.http import status_of, with_retries
+
+        ex = self._ex()
+        try:
+            return with_retries(lambda: fn(ex.client()), f"firecREST {what}", tries=4,
+                                transient=firecrest_transient, secrets=ex._secrets)
+        except LaunchersError:
+            raise
+        except Exception as e:
+            if status_of(e) == 404:
+                return None
+            raise ConnectorError(f"firecREST {what}: {ex._message(e)}") from None
+
+    def list_sync(self, rel: str) -> list[str] | None:
+        machine = self._ex().site.machine
+        rows = self._missing(lambda c: c.list_files(machine, self._abs(rel)), f"ls {rel}")
+        return None if rows is None else [str(r.get("name")) for r in rows]
+
+    def read_sync(self, rel: str) -> bytes | None:
+        machine = self._ex().site.machine
+        path = self._abs(rel)
+        if not rel.startswith(TASKS + "/"):  # a queue entry: small, one request
+            text = self._missing(lambda c: c.view(machine, path), f"view {rel}")
+            return None if text is None else str(text).encode("utf-8")
+        st = self._missing(lambda c: c.stat(machine, path), f"stat {rel}")
+        if st is None:
+            return None
+        size, out, pos = int(st.get("size") or 0), b"", 0
+        step = max(1, self._ex()._max_ops)
+        while pos < size:
+            n = min(step, size - pos)
+
+            def view(c: Any, pos: int = pos, n: int = n) -> str:
+                resp = c._get_request(endpoint=f"/filesystem/{machine}/ops/view",
+                                      params={"path": path, "offset": pos, "size": n})
+                return str(c._check_response(resp, 200)["output"])
+
+            chunk = str(self._missing(view, f"view {rel}") or "").encode("utf-8")
+            if not chunk:
+                break
+            out += chunk
+            pos += n
+        return out
+
+    def write_sync(self, rel: str, data: bytes) -> None:
+        ex = self._ex()
+        path = self._abs(rel)
+        ex._call(f"firecREST upload {rel}",
+                 lambda c: ex._upload(c, posixpath.dirname(path), posixpath.basename(path), data))
+
+    def delete_sync(self, rel: str) -> bool:
+        machine = self._ex().site.machine
+        try:
+            done = self._missing(lambda c: c.rm(machine, self._abs(rel)) or True, f"rm {rel}")
+        except ConnectorError:
+            return False
+        return done is not None
+
+    def mkdirs_sync(self, rels: Sequence[str]) -> None:
+        ex = self._ex()
+        for rel in rels:
+            path = self._abs(rel)
+            ex._call(f"firecREST mkdir {rel}", lambda c, path=path: c.mkdir(ex.site.machine, path, create_parents=True))
+
+
+# -- choosing the transport -------------------------------------------------------------------------
+
+
+def check_rest_site(inner: Any) -> None:
+    """Before a task is recorded: the site can hold a queue and the credentials are set."""
+    site = getattr(getattr(inner, "group", None), "site", None)
+    if inner.kind == "firecrest" and getattr(site, "api_version", 2) != 2:
+        raise LaunchersError(
+            f"batching over the firecREST v1 site {getattr(site, 'api_url', '?')} is not supported: "
+            "use its v2 API (api_version: 2)"
+        )
+    inner.executor().validate(inner, None)
+
+
+def rest_queue(inner: Any, key: str) -> RestQueue:
+    """The queue of shape ``key`` at the inner launcher's UNICORE or firecREST site."""
+    executor = inner.executor()
+    if inner.kind == "unicore":
+        site = executor.site
+        storage = str(getattr(site, "batch_storage", None) or "HOME")
+        return UnicoreQueue(executor=executor, storage=storage, rel=f"launchers/batch/{key}")
+    if inner.kind == "firecrest":
+        return FirecrestQueue(executor=executor, key=key)
+    raise LaunchersError(f"no REST batch queue for {inner.kind} launchers")
+
+
+__all__ = [
+    "FirecrestQueue",
+    "RestQueue",
+    "UnicoreQueue",
+    "cancelled_entry",
+    "check_rest_site",
+    "entry_names",
+    "lost_claims",
+    "parse_entry",
+    "requeue_target",
+    "rest_queue",
+    "snapshot_of",
+]
