@@ -20,7 +20,15 @@ import pytest
 
 from launchers import ExperimentFailed, JobState, command, experiment, task
 from launchers.batch.executor import BatchExecutor
-from launchers.batch.rest import FirecrestQueue, RestQueue, UnicoreQueue, snapshot_of
+from launchers.batch.rest import (
+    FirecrestQueue,
+    RestQueue,
+    UnicoreQueue,
+    lost_claims,
+    parse_entry,
+    requeue_target,
+    snapshot_of,
+)
 from launchers.config.model import (
     FirecrestGroup,
     FirecrestSite,
@@ -224,3 +232,13 @@ def test_snapshot_of_listings_is_pure() -> None:
     snap = snapshot_of(["12-a.json", ".tmp-b", "x.json"], ["c.json"], ["d.json", "e.json"])
     assert dict(snap.pending) == {"a": "12-a.json"}
     assert snap.running == {"c"} and snap.done == {"d", "e"} and snap.oldest_seq == 12
+
+
+def test_entries_and_recovery_targets_are_pure() -> None:
+    text = json.dumps({"id": "a", "seq": 5})
+    assert parse_entry(text[:-1]) is None and parse_entry(b"[1]") is None and parse_entry(None) is None
+    assert parse_entry(text.encode()) == {"id": "a", "seq": 5}
+    running = {"a": {"runner": "r1", "seq": 5}, "b": {"runner": "r2", "seq": 7}}
+    assert lost_claims(running, ["r1"]) == ["a"]
+    assert requeue_target("a", running["a"], cancelled=False) == "pending/5-a.json"
+    assert requeue_target("a", running["a"], cancelled=True) == "done/a.json"

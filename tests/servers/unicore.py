@@ -122,8 +122,6 @@ class UnicoreServer(LoopbackServer):
         self._job_gets_in_flight = 0
         #: shared storages every user has (``/storages/NAME``), as a site's ``HOME``
         self.user_storages = ["HOME"]
-        #: requests per path prefix under ``/storages/`` (method, storage-relative path), for tests
-        self.storage_requests: list[tuple[str, str]] = []
 
     @property
     def base_url(self) -> str:
@@ -401,7 +399,6 @@ class UnicoreServer(LoopbackServer):
         return props
 
     def files(self, req: Request, root: Path, rel: str) -> Response:
-        self.storage_requests.append((req.method, rel))
         target = (root / rel).resolve()
         if root.resolve() not in (target, *target.parents):
             return self.error(400, "path outside the storage")
