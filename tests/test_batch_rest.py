@@ -217,8 +217,10 @@ def test_killed_pilot_task_finished_by_a_second_pilot(site: tuple[str, Any, Any,
     assert "attempt 1" in job.stdout_path.read_text() and "attempt 2" in job.stdout_path.read_text()
     remote = rest_queue(ex, tmp_path)
     assert remote.can_rename is (kind == "unicore")
-    if kind == "firecrest":
-        assert remote.lost_runners  # handed to the second pilot
+    second = json.loads(next((tmp_path / "exp" / "batch").glob("*/pilots/2/params.json")).read_text())["target"]
+    # firecREST: the lost runner is handed to the second pilot, whose runner re-queues its claim
+    assert ("--lost-runner" in second) is (kind == "firecrest")
+    assert not remote.lost_runners  # forgotten once its claims are gone
 
 
 def test_rest_transports_are_chosen_by_kind(unicore_server: UnicoreServer, firecrest_server: FirecrestServer) -> None:

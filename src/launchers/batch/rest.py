@@ -234,6 +234,8 @@ class RestQueue(abc.ABC):
             entry = parse_entry(data)
             if entry is not None:
                 self._runners[runner] = entry
+        # a lost runner is handed to new pilots only while it still holds claims
+        self.lost_runners &= {str(e.get("runner")) for e in self._running.values()}
         snap = snapshot_of(pending, running, done, list(self._runners))
         return RemoteSnapshot(snap, dict(self._done), dict(self._running), dict(self._runners))
 
