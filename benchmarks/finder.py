@@ -185,7 +185,44 @@ def measure_ours(strings: list[str], config: Path, runs: int) -> dict[str, Any]:
     fresh_config()
     out["find_prebuilt"] = per_call(find_value, prebuilt)
     out["find_same"] = per_call(find_text, [SAME] * len(strings))
+    out["find_prebuilt_search_path"] = _find_on_search_path(config, prebuilt)
     return out
+
+
+def _find_on_search_path(config: Path, prebuilt: list[Any]) -> float:
+    """Per call: ``find_launcher(value)`` with no ``config=``, the file found through the
+    default search path (``$HOME/.config/launchers/launchers.yaml``), as most scripts call it."""
+    import shutil
+
+    from launchers import LauncherNotFoundError, find_launcher
+    from launchers.config.loader import clear_cache
+
+    with tempfile.TemporaryDirectory() as home:
+        target = Path(home) / ".config" / "launchers" / "launchers.yaml"
+        target.parent.mkdir(parents=True)
+        shutil.copy(config, target)
+        past = time.time_ns() - 60_000_000_000  # settled files, as a user's configuration is
+        for path in (target, target.parent, target.parent.parent, Path(home)):
+            os.utime(path, ns=(past, past))
+        saved = {k: os.environ.get(k) for k in ("HOME", "LAUNCHERS_CONFIG")}
+        os.environ["HOME"] = home
+        os.environ.pop("LAUNCHERS_CONFIG", None)
+        try:
+            clear_cache()
+
+            def find_value(value: Any) -> None:
+                try:
+                    find_launcher(value)
+                except LauncherNotFoundError:
+                    pass
+
+            return per_call(find_value, prebuilt)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def with_gpu_regex(text: str) -> str:
@@ -382,6 +419,10 @@ def main(argv: list[str] | None = None) -> int:
     print("cached paths (launchers only; experimaestro has none):")
     print(
         f"  configuration already loaded, file unchanged: {_us(ours['load_cached'])} per load_config()"
+    )
+    print(
+        f"  find_launcher(prebuilt value) with no config= (file from the search path): "
+        f"{_us(ours['find_prebuilt_search_path'])} per call"
     )
     same = f"  find_launcher({SAME!r}) {len(strings)} times: {_us(ours['find_same'])} per call"
     if theirs:

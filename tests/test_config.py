@@ -409,6 +409,59 @@ def test_cache_rereads_only_changed_files(tmp_path: Path, monkeypatch: pytest.Mo
     assert dict(load_config(f).tokens) == {"t": 1}
 
 
+def _age(*paths: Path, seconds: int = 60) -> None:
+    """Move modification times into the past: the fast check trusts only settled files."""
+    for path in paths:
+        t = path.stat().st_mtime_ns - seconds * 1_000_000_000
+        os.utime(path, ns=(t, t))
+
+
+def test_fast_check_sees_a_replacement_with_the_same_size_and_time(tmp_path: Path) -> None:
+    clear_cache()
+    d = tmp_path / "cfg"
+    d.mkdir()
+    f = d / "launchers.yaml"
+    f.write_text("local: [{id: one}]\n")
+    _age(f, d)
+    first = load_config(f)
+    assert load_config(f) is first  # the held descriptors' fstat: unchanged
+    new = d / "new.yaml"
+    new.write_text("local: [{id: two}]\n")  # same size
+    st = f.stat()
+    os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns))  # same time
+    os.rename(new, f)
+    assert load_config(f).groups[0].id == "two"
+    f.unlink()
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        load_config(f)
+
+
+def test_default_search_path_is_cached_and_watched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_cache()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("LAUNCHERS_CONFIG", raising=False)
+    assert load_config() is load_config()  # no file: one empty value, so finder memos work
+    assert load_config().is_empty
+    xpm = tmp_path / ".config" / "experimaestro"
+    xpm.mkdir(parents=True)
+    (xpm / "launchers.yaml").write_text("local: [{id: xpm}]\n")
+    assert load_config().groups[0].id == "xpm"
+    _age(xpm / "launchers.yaml", xpm, tmp_path / ".config", tmp_path)
+    first = load_config()
+    assert load_config() is first
+    ours = tmp_path / ".config" / "launchers"
+    ours.mkdir()  # an earlier file of the search path appears: it wins at once
+    (ours / "launchers.yaml").write_text("local:\n- {id: ours}\n")
+    assert load_config().groups[0].id == "ours"
+    _age(ours / "launchers.yaml", ours, tmp_path / ".config")
+    assert load_config() is load_config()
+    with (ours / "launchers.yaml").open("a") as out:  # an in-place edit
+        out.write("- {id: more}\n")
+    assert [g.id for g in load_config().groups] == ["ours", "more"]
+    (ours / "launchers.yaml").unlink()
+    assert load_config().groups[0].id == "xpm"
+
+
 def test_several_configurations_in_one_process(tmp_path: Path) -> None:
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     a.write_text("local: [{id: a}]\n")

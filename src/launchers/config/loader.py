@@ -95,16 +95,44 @@ def find_config_file(config: str | os.PathLike[str] | None = None) -> Path | Non
 # ------------------------------------------------------------------------------------------
 # Public entry points
 # ------------------------------------------------------------------------------------------
-_Signature = tuple[tuple[int, int, int] | None, ...]
+_Signature = tuple[tuple[int, int, int, int] | None, ...]
 _CACHE: dict[Path, tuple[_Signature, LaunchersConfig]] = {}
-_CACHE_LOCK = threading.Lock()
+_CACHE_LOCK = threading.RLock()  # _remember_fast also runs under it
 _RESOLVED: dict[str, tuple[Path, Path, Path]] = {}
-#: The fast check of an unchanged configuration, per ``load_config`` argument: the
-#: (str path, mtime_ns, size) every call must find again, and the configuration they gave.
-#: Present files are checked themselves; absent sidecars through their directory, whose
-#: modification time changes when an entry is created in it (one stat for both).
-_Check = tuple[tuple[str, int, int], ...]
-_FAST: dict[str, tuple[_Check, LaunchersConfig]] = {}
+
+
+@attrs.define(eq=False)
+class _Watch:
+    """The fast check of an unchanged configuration for one ``load_config`` argument: open
+    descriptors of the present files and of their directory, with the (mtime_ns, size, inode)
+    each must still show. ``fstat`` on a held descriptor costs less than half a path ``stat``:
+    an in-place write changes the file's own numbers; a replacement by rename, a deletion or
+    a created sidecar changes the directory's modification time."""
+
+    fds: tuple[int, ...]
+    expected: tuple[tuple[int, int, int], ...]
+    config: LaunchersConfig
+
+    def unchanged(self) -> LaunchersConfig | None:
+        fstat = os.fstat
+        try:
+            for fd, (mtime, size, ino) in zip(self.fds, self.expected, strict=False):
+                st = fstat(fd)
+                if st.st_mtime_ns != mtime or st.st_size != size or st.st_ino != ino:
+                    return None
+        except OSError:
+            return None
+        return self.config
+
+    def close(self) -> None:
+        for fd in self.fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+_FAST: dict[str, _Watch] = {}
 
 
 #: A file modified less than this long ago is also compared by content: on kernels with
@@ -112,7 +140,8 @@ _FAST: dict[str, tuple[_Check, LaunchersConfig]] = {}
 _RACY_NS = 2_000_000_000
 
 
-def _stat(path: Path) -> tuple[int, int, int] | None:
+def _stat(path: Path) -> tuple[int, int, int, int] | None:
+    """(mtime_ns, size, content digest when modified within the racy window else 0, inode)."""
     try:
         st = path.stat()
     except OSError:
@@ -124,7 +153,7 @@ def _stat(path: Path) -> tuple[int, int, int] | None:
                 digest = hash(f.read()) or 1
         except OSError:
             pass
-    return (st.st_mtime_ns, st.st_size, digest)
+    return (st.st_mtime_ns, st.st_size, digest, st.st_ino)  # a rename changes the inode
 
 
 def _stat_folder(path: Path) -> tuple[int, int, int] | None:
@@ -151,19 +180,31 @@ def _read_text(path: Path) -> str:
 
 def _unchanged(raw: str) -> LaunchersConfig | None:
     """The configuration cached for the argument ``raw`` if none of its files changed since."""
-    fast = _FAST.get(raw)
-    if fast is None:
+    watch = _FAST.get(raw)
+    return None if watch is None else watch.unchanged()
+
+
+def _forget_fast(key: str) -> bool:
+    """Drop the fast check of ``key``; whether there was one."""
+    watch = _FAST.pop(key, None)
+    if watch is None:
+        return False
+    watch.close()
+    return True
+
+
+#: ``_FAST`` key of the default search path (with the value of ``$HOME``)
+_SEARCH = "\0search path of "
+#: the configuration of "no file found": one value, so that the finder's memos keep working
+_EMPTY = LaunchersConfig()
+
+
+def _search_key() -> str | None:
+    """The fast-check key of the default search path (``None`` when ``$LAUNCHERS_CONFIG`` is set)."""
+    env = os.environ
+    if env.get(ENV_VAR):
         return None
-    checks, config_value = fast
-    stat = os.stat
-    try:
-        for name, mtime, size in checks:
-            st = stat(name)
-            if st.st_mtime_ns != mtime or st.st_size != size:
-                return None
-    except OSError:
-        return None
-    return config_value
+    return _SEARCH + env.get("HOME", "")
 
 
 def load_config(config: Any = None) -> LaunchersConfig:
@@ -173,6 +214,12 @@ def load_config(config: Any = None) -> LaunchersConfig:
         unchanged = _unchanged(os.fspath(config))
         if unchanged is not None:
             return unchanged
+    elif config is None:  # find_launcher() without config=, the other call made in loops
+        key = _search_key()
+        if key is not None:
+            unchanged = _unchanged(key)
+            if unchanged is not None:
+                return unchanged
     if isinstance(config, LaunchersConfig):
         return config
     if config is not None and not isinstance(config, (str, os.PathLike)):
@@ -180,19 +227,28 @@ def load_config(config: Any = None) -> LaunchersConfig:
             f"config must be a path or a LaunchersConfig, not {type(config).__name__}"
         )
     # Experiment scripts call find_launcher(config=PATH) in loops: resolve a given argument
-    # (or $LAUNCHERS_CONFIG) once, then only stat the files to see whether they changed.
+    # (or $LAUNCHERS_CONFIG) once, then only fstat the files to see whether they changed.
     raw = os.fspath(config) if config is not None else os.environ.get(ENV_VAR) or None
-    if raw is not None:
-        unchanged = _unchanged(raw)
+    key = raw if raw is not None else _search_key()
+    if key is not None:
+        unchanged = _unchanged(key)
         if unchanged is not None:
             return unchanged
-        _FAST.pop(raw, None)
+        if _forget_fast(key) and raw is not None:
+            _RESOLVED.pop(raw, None)  # something changed: resolve again (a re-pointed symlink)
     files = _RESOLVED.get(raw) if raw is not None else None
+    watched: list[Path] = []
     if files is None:
         found = find_config_file(config)
+        if raw is None:  # creating an earlier file of the search path is a change too
+            watched = _earlier_candidates(found)
         if found is None:
-            return LaunchersConfig()
+            if key is not None:
+                _remember_fast(key, None, None, (), _EMPTY, watched)
+            return _EMPTY
         path = found.resolve()
+        if found.parent != path.parent:  # a symlink: re-pointing it changes its directory
+            watched.append(found.parent)
         files = (path, path.parent / CONNECTORS_NAME, path.parent / TOKENS_NAME)
         if raw is not None:
             _RESOLVED[raw] = files
@@ -206,7 +262,7 @@ def load_config(config: Any = None) -> LaunchersConfig:
     with _CACHE_LOCK:
         hit = _CACHE.get(path)
         if hit is not None and hit[0] == signature:
-            _remember_fast(raw, files, folder, signature, hit[1])
+            _remember_fast(key, files, folder, signature, hit[1], watched)
             return hit[1]
     text = _read_text(path)
     connectors_text, tokens_text = (
@@ -222,35 +278,67 @@ def load_config(config: Any = None) -> LaunchersConfig:
     result = attrs.evolve(result, path=path)
     with _CACHE_LOCK:
         _CACHE[path] = (signature, result)
-    _remember_fast(raw, files, folder, signature, result)
+    _remember_fast(key, files, folder, signature, result, watched)
     return result
 
 
+def _earlier_candidates(found: Path | None) -> list[Path]:
+    """The directories whose modification time changes when a search-path file that would
+    come before ``found`` (every one, when nothing was found) is created: for each such
+    candidate, its nearest existing ancestor."""
+    out: list[Path] = []
+    for candidate in default_search_path():
+        if candidate == found:
+            break
+        parent = candidate.parent
+        while not parent.is_dir() and parent != parent.parent:
+            parent = parent.parent
+        if parent not in out:
+            out.append(parent)
+    return out
+
+
 def _remember_fast(
-    raw: str | None,
-    files: tuple[Path, Path, Path],
+    key: str | None,
+    files: tuple[Path, Path, Path] | None,
     folder: tuple[int, int, int] | None,
     signature: _Signature,
     result: LaunchersConfig,
+    watched: list[Path],
 ) -> None:
-    """Record the fast check of ``raw`` when every stat taken is old enough to be trusted
-    (a recently modified file or directory keeps the slow, content-comparing check)."""
-    if raw is None:
+    """Record the fast check of ``key``: descriptors of the present files, of their directory
+    and of the ``watched`` directories, when every one is old enough to be trusted (a file
+    or directory modified in the last 2 s keeps the slow, content-comparing check)."""
+    if key is None:
         return
-    checks: list[tuple[str, int, int]] = []
-    absent = False
-    for p, sig in zip(files, signature, strict=True):
-        if sig is None:
-            absent = True
-        elif sig[2]:
-            return  # modified within the racy window
-        else:
-            checks.append((str(p), sig[0], sig[1]))
-    if absent:
+    if any(sig is not None and sig[2] for sig in signature):
+        return  # modified within the racy window
+    targets: list[tuple[Path, tuple[int, ...] | None]] = [(d, None) for d in watched]
+    if files is not None:
         if folder is None or folder[2]:
             return
-        checks.append((str(files[0].parent), folder[0], folder[1]))
-    _FAST[raw] = (tuple(checks), result)
+        targets.append((files[0].parent, folder))
+        targets.extend((p, sig) for p, sig in zip(files, signature, strict=True) if sig is not None)
+    fds: list[int] = []
+    expected: list[tuple[int, int, int]] = []
+    now = time.time_ns()
+    try:
+        for p, sig in targets:
+            fd = os.open(p, os.O_RDONLY)
+            fds.append(fd)
+            st = os.fstat(fd)
+            if sig is not None and (st.st_mtime_ns, st.st_size) != (sig[0], sig[1]):
+                raise OSError("changed while being loaded")
+            if now - st.st_mtime_ns < _RACY_NS:
+                raise OSError("modified within the racy window")
+            expected.append((st.st_mtime_ns, st.st_size, st.st_ino))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        return
+    with _CACHE_LOCK:
+        _forget_fast(key)
+        _FAST[key] = _Watch(tuple(fds), tuple(expected), result)
 
 
 def load_config_text(text: str, file: str | None = None) -> LaunchersConfig:
@@ -263,7 +351,8 @@ def clear_cache() -> None:
     with _CACHE_LOCK:
         _CACHE.clear()
         _RESOLVED.clear()
-        _FAST.clear()
+        for raw in list(_FAST):
+            _forget_fast(raw)
 
 
 # ------------------------------------------------------------------------------------------
