@@ -244,3 +244,11 @@ def test_entries_and_recovery_targets_are_pure() -> None:
     assert lost_claims(running, ["r1"]) == ["a"]
     assert requeue_target("a", running["a"], cancelled=False) == "pending/5-a.json"
     assert requeue_target("a", running["a"], cancelled=True) == "done/a.json"
+
+
+def test_pilot_tag_is_read_from_the_runner_command_line() -> None:
+    from launchers.batch.executor import pilot_tag
+
+    assert pilot_tag(["python3", "runner.py", "--pilot", "lxpilot-abc-1-0f0f0f0f", "--lost-runner", "r"]) == \
+        "lxpilot-abc-1-0f0f0f0f"
+    assert pilot_tag(["python3", "runner.py", "--pilot"]) is None

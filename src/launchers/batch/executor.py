@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,8 +107,17 @@ def shape_of(inner: Launcher) -> str:
 
 
 def pilot_name(shape: str, n: int) -> str:
-    """``lxpilot-<shape12>-<n>``: the pilot's job name, also passed to its runner."""
+    """``lxpilot-<shape12>-<n>``: the pilot's job name."""
     return f"lxpilot-{shape}-{n}"
+
+
+def pilot_tag(argv: Sequence[str]) -> str | None:
+    """The ``--pilot`` value of a pilot's runner command line (None when absent)."""
+    args = list(argv)
+    for i, a in enumerate(args[:-1]):
+        if a == "--pilot":
+            return str(args[i + 1])
+    return None
 
 
 def node_capacities(inner: Launcher) -> list[tuple[int, int, int]]:
@@ -196,6 +206,8 @@ class Shape:
     last_remote: RemoteSnapshot | None = None
     #: when the remote queue was last checked for lost runners (monotonic)
     last_recover: float = 0.0
+    #: each pilot's ``--pilot`` tag (its runner records it), by pilot directory
+    tags: dict[Path, str] = attrs.field(factory=dict)
 
 
 @contextlib.contextmanager
@@ -474,7 +486,8 @@ class BatchExecutor(Executor):
             python, f"{qpath}/{Q.RUNNER_FILE}", "--queue", qpath, "--slots", str(slots),
             "--walltime", f"{walltime:g}", "--linger", f"{batch.linger:g}",
             "--drain-margin", f"{batch.drain_margin:g}", "--kill-grace", f"{batch.kill_grace:g}",
-            "--pilot", pilot_name(shape.key, n),
+            # unique even when several processes (own pilot numbers each) share a site's queue
+            "--pilot", f"{pilot_name(shape.key, n)}-{uuid.uuid4().hex[:8]}",
         ]
         if isinstance(shape.remote, RestQueue):
             argv += shape.remote.pilot_args()
@@ -602,22 +615,36 @@ class BatchExecutor(Executor):
                 snap = await self._scan(shape)
             await self._manage(shape, snap)
 
+    @staticmethod
+    def _tag_of(shape: Shape, pilot: Job) -> str | None:
+        """A pilot's ``--pilot`` tag, from its task or, for an adopted pilot, its params.json."""
+        tag = shape.tags.get(pilot.directory)
+        if tag is None:
+            argv = list(getattr(pilot.task, "target", None) or ())
+            if not argv:
+                try:
+                    argv = json.loads((pilot.directory / "params.json").read_text()).get("target") or []
+                except (OSError, ValueError, AttributeError):
+                    argv = []
+            tag = shape.tags[pilot.directory] = pilot_tag(argv) or ""
+        return tag or None
+
     def _final_pilot_keys(self, shape: Shape) -> set[str]:
-        """Names and native ids of this shape's final pilots (runners name their pilot)."""
+        """Tags and native ids of this shape's final pilots (runners record both)."""
         out: set[str] = set()
         for p in shape.pilots:
             if p.state.is_final:
-                out.add(pilot_name(shape.key, int(p.directory.name)) if p.directory.name.isdigit() else "")
-                if p.native_id:
-                    out.add(str(p.native_id))
+                out.add(self._tag_of(shape, p) or "")
+                out.add(str(p.native_id or ""))
         out.discard("")
         return out
 
     def _pilot_of(self, shape: Shape, runner: Mapping[str, Any]) -> str | None:
-        """The native id of a runner's pilot job (its runner knows only the scheduler's id)."""
-        name = runner.get("pilot")
+        """The native id of a runner's pilot job (the runner knows only the scheduler's id,
+        which is not UNICORE's job id): found by the pilot tag it records."""
+        tag = runner.get("pilot")
         for p in shape.pilots:
-            if name and p.native_id and p.directory.name.isdigit() and pilot_name(shape.key, int(p.directory.name)) == name:
+            if tag and p.native_id and self._tag_of(shape, p) == tag:
                 return str(p.native_id)
         native = runner.get("native_id")
         return str(native) if native is not None else None

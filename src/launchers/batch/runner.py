@@ -303,7 +303,7 @@ class Runner:
         self.host = socket.gethostname()
         self.native_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("LAUNCHERS_PILOT_ID") or str(os.getppid())
         self.runner_id = args.runner_id or "%s-%s-%d" % (self.native_id, self.host.split(".")[0], os.getpid())
-        #: the pilot's name (``lxpilot-<shape>-<n>``): the manager maps runners to pilots by it
+        #: the pilot's tag (``lxpilot-<shape>-<n>-<random>``): the manager maps runners to pilots by it
         self.pilot = getattr(args, "pilot", None)
         #: runners the manager knows lost (their pilot is final): re-queued at start-up
         self.lost_runners = list(getattr(args, "lost_runner", None) or [])
@@ -608,7 +608,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kill-grace", type=float, default=30.0)
     p.add_argument("--lost-after", type=float, default=LOST_AFTER)
     p.add_argument("--runner-id", default=None)
-    p.add_argument("--pilot", default=None, help="the pilot's name (recorded in heartbeats)")
+    p.add_argument("--pilot", default=None, help="the pilot's tag (recorded in heartbeats)")
     p.add_argument("--lost-runner", action="append", default=[],
                    help="a runner whose pilot is known final: its claims are re-queued at start-up")
     return p.parse_args(argv)
