@@ -1217,3 +1217,5 @@ def test_slurm_resume_signal_requeues(slurm: Any, tmp_path: Path) -> None:
     assert "PENDING" in states[states.index("RUNNING"):]  # requeued: back to PENDING
     assert len(r["attempts"]) == 1 and r["attempts"][0]["native_id"] == first_id
     assert r["attempts"][0].get("cause")
+    # the requeued attempt is summarised as ended, not left RUNNING
+    assert r["attempts"][0]["state"] == "REQUEUED" and r["attempts"][0]["ended_at"]

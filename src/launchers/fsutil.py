@@ -26,21 +26,41 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """fsync a file already in place (the durability step of a ``sync=False`` write)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write_bytes(
-    path: str | os.PathLike[str], data: bytes, *, mode: int | None = None, sync_dir: bool = True
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    mode: int | None = None,
+    sync_dir: bool = True,
+    sync: bool = True,
 ) -> None:
     """Write ``data`` to ``path`` atomically (temporary name in the same directory, fsync, rename);
-    ``sync_dir=False`` leaves the directory fsync to a later write in the same directory."""
+    ``sync_dir=False`` leaves the directory fsync to a later write in the same directory, and
+    ``sync=False`` both fsyncs: the caller makes the file durable later (``fsync_file``)."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp.{os.getpid()}.{id(data):x}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    try:
+        fd = os.open(tmp, flags, 0o666 if mode is None else mode)
+    except FileNotFoundError:  # the directory first (one syscall less when it exists)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, flags, 0o666 if mode is None else mode)
     try:
         view = memoryview(data)
         while view:
             n = os.write(fd, view)
             view = view[n:]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         try:
@@ -52,7 +72,7 @@ def atomic_write_bytes(
     if mode is not None:
         os.chmod(tmp, mode)
     os.replace(tmp, target)
-    if sync_dir:
+    if sync and sync_dir:
         fsync_dir(target.parent)
 
 
@@ -61,10 +81,12 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | No
     atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
-def atomic_write_json(path: str | os.PathLike[str], value: Any, *, sync_dir: bool = True) -> None:
+def atomic_write_json(
+    path: str | os.PathLike[str], value: Any, *, sync_dir: bool = True, sync: bool = True
+) -> None:
     """Write ``value`` as indented JSON to ``path`` atomically."""
     data = (json.dumps(value, indent=2, sort_keys=False) + "\n").encode("utf-8")
-    atomic_write_bytes(path, data, sync_dir=sync_dir)
+    atomic_write_bytes(path, data, sync_dir=sync_dir, sync=sync)
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:

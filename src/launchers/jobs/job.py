@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JobFailedError, LaunchersError
-from ..fsutil import atomic_write_json, read_json
+from ..fsutil import atomic_write_json, fsync_file, read_json
 from .executor import StateUpdate
 from .proc import ProcessId
 from .record import (
@@ -69,6 +69,9 @@ class Job:
         self.observer = False
         #: Executor-private scratch space (handles, counters); never persisted.
         self.runtime: dict[str, Any] = {}
+        #: Files written in place but not fsynced yet (``params.json``, ``job.sh``): made durable,
+        #: with the directory, by the next record write, before anything reaches a scheduler.
+        self._unsynced: list[Path] = []
 
     # -- read-only view -----------------------------------------------------------------------
 
@@ -237,11 +240,25 @@ class Job:
         self.replace_record(rec)
         return rec.state is not before
 
+    def defer_sync(self, path: Path) -> None:
+        """``path`` was written atomically without fsync: make it durable with the next record."""
+        with self._cond:
+            self._unsynced.append(path)
+
     def _write(self, record: StateRecord) -> None:
         # Every record is fsynced and renamed; the directory is fsynced for SUBMITTING only
         # (slurm-runtime.md §4), which also makes the earlier renames in it durable. A later
         # rename lost in a power cut leaves an older record, which reconciliation handles.
-        write_record(self.directory, record, sync_dir=record.state is JobState.SUBMITTING)
+        # Files written before (params.json, the WAITING record, job.sh) without fsync are
+        # fsynced first, so one group of fsyncs precedes sbatch instead of one per file.
+        sync_dir = record.state is JobState.SUBMITTING
+        if self._unsynced:
+            for path in self._unsynced:
+                with contextlib.suppress(FileNotFoundError):
+                    fsync_file(path)
+            self._unsynced = []
+            sync_dir = True
+        write_record(self.directory, record, sync_dir=sync_dir)
         self._record = record
 
     # -- user API -----------------------------------------------------------------------------
@@ -443,19 +460,24 @@ def _attach(
     directory.mkdir(parents=True, exist_ok=True)
     me = {"owner": ProcessId.current().to_json()}
     info = launcher_info(launcher)
+    deferred: list[Path] = []
     with directory_lock(paths.lock):
         record = read_record(directory)
         action = "submit"
         if record is None:
-            # Nothing is submitted yet: the data is fsynced, but the directory fsync that makes
-            # these two renames durable is left to the SUBMITTING (or RUNNING) record written
-            # next in this directory, before anything reaches a scheduler. Saves 2 of 4 fsyncs.
+            # Nothing is submitted yet: both files are written atomically (temporary name,
+            # rename: visible whole to other processes at once, which is what the decision
+            # under .lock needs) and made durable by the job's next record write (SUBMITTING,
+            # or RUNNING for the direct launcher), which fsyncs them and the directory before
+            # anything reaches a scheduler. A power cut before that loses only a job that was
+            # never submitted; submit() itself waits for no disk.
             if read_json(paths.params) != task.params_json():
-                atomic_write_json(paths.params, task.params_json(), sync_dir=False)
+                atomic_write_json(paths.params, task.params_json(), sync=False)
+                deferred.append(paths.params)
             record = StateRecord(task_id=task.task_id, launcher=info, extra=me).transition(
                 JobState.WAITING, "created"
             )
-            write_record(directory, record, sync_dir=False)
+            write_record(directory, record, sync=False)
         elif not record.state.is_final:
             if force:
                 raise LaunchersError(
@@ -481,6 +503,8 @@ def _attach(
             record = record.next_attempt(cause).transition(launcher=info, extra=me)
             write_record(directory, record)
     job = Job(task, directory, record, launcher=launcher, executor=executor)
+    for path in deferred:
+        job.defer_sync(path)
     if action == "submit":
         executor.enqueue(job)
     elif action == "reconcile":

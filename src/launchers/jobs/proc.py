@@ -50,6 +50,9 @@ def is_zombie(pid: int) -> bool:
     return fields is not None and len(fields) > 2 and fields[2] in ("Z", "X")
 
 
+_CURRENT: dict[int, ProcessId] = {}
+
+
 @attrs.frozen
 class ProcessId:
     """A process that cannot be confused with a later one reusing its pid."""
@@ -66,8 +69,12 @@ class ProcessId:
 
     @classmethod
     def current(cls) -> ProcessId:
-        """This process."""
-        return cls.of(os.getpid())
+        """This process (read from /proc once per process: a forked child gets its own)."""
+        pid = os.getpid()
+        cached = _CURRENT.get(pid)
+        if cached is None:
+            cached = _CURRENT[pid] = cls.of(pid)
+        return cached
 
     def is_alive(self) -> bool:
         """True when the same process (pid, start time, boot id) still runs on this host."""

@@ -321,10 +321,12 @@ def read_record(directory: str | os.PathLike[str]) -> StateRecord | None:
     return StateRecord.from_json(data, where=str(path))
 
 
-def write_record(directory: str | os.PathLike[str], record: StateRecord, *, sync_dir: bool = True) -> None:
+def write_record(
+    directory: str | os.PathLike[str], record: StateRecord, *, sync_dir: bool = True, sync: bool = True
+) -> None:
     """Write ``state.json`` atomically (temporary name, fsync, rename, fsync of the directory
-    unless ``sync_dir=False``)."""
-    atomic_write_json(Path(directory) / STATE, record.to_json(), sync_dir=sync_dir)
+    unless ``sync_dir=False``; ``sync=False``: no fsync, the caller makes it durable later)."""
+    atomic_write_json(Path(directory) / STATE, record.to_json(), sync_dir=sync_dir, sync=sync)
 
 
 def archive_attempt(directory: str | os.PathLike[str], attempt: int) -> Path:

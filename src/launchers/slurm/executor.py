@@ -28,7 +28,7 @@ import attrs
 
 from ..connectors.base import CommandResult, Connector
 from ..errors import ConnectorError, LaunchersError, ScriptError, SubmissionError
-from ..fsutil import fsync_dir
+from ..fsutil import atomic_write_bytes
 from ..jobs.executor import Executor, StateUpdate
 from ..jobs.record import RC, STDERR, STDOUT, now_iso, parse_rc
 from ..jobs.state import JobState
@@ -281,7 +281,7 @@ class SlurmExecutor(Executor):
                 data = await self.connector.read_file(f"{remote}/{name}", max_bytes=64 * 1024 * 1024)
             except (FileNotFoundError, OSError, ConnectorError):
                 continue
-            await asyncio.to_thread(_write_synced, str(Path(job.directory) / name), data, None, False)
+            await asyncio.to_thread(atomic_write_bytes, str(Path(job.directory) / name), data, sync_dir=False)
 
     # -- script ---------------------------------------------------------------------------------
 
@@ -358,10 +358,16 @@ class SlurmExecutor(Executor):
                 text = render_script(spec)
                 if not self.is_local:
                     local_copy = str(Path(job.directory) / "job.sh")
-                    await asyncio.to_thread(_write_synced, local_copy, text.encode(), 0o755, False)
+                    await asyncio.to_thread(atomic_write_bytes, local_copy, text.encode(), mode=0o755, sync_dir=False)
                 directory = self._job_dir(job)
-                # no directory fsync: the SUBMITTING record written next in this directory does it
-                await self._write(f"{directory}/job.sh", text.encode("utf-8"), mode=0o755, sync_dir=False)
+                if self.is_local:
+                    # no fsync here: the SUBMITTING record written next fsyncs job.sh, params.json
+                    # and the directory together, before sbatch runs
+                    script = f"{directory}/job.sh"
+                    await asyncio.to_thread(atomic_write_bytes, script, text.encode("utf-8"), mode=0o755, sync=False)
+                    job.defer_sync(Path(script))
+                else:
+                    await self._write(f"{directory}/job.sh", text.encode("utf-8"), mode=0o755, sync_dir=False)
                 break
             except ConnectorError as e:
                 if time.monotonic() + delay > deadline:
@@ -379,7 +385,7 @@ class SlurmExecutor(Executor):
     async def _write(self, path: str, data: bytes, *, mode: int | None = None, sync_dir: bool = True) -> None:
         """Write a file on the cluster side; local fsyncs run in a worker thread, not the loop."""
         if self.is_local:
-            await asyncio.to_thread(_write_synced, path, data, mode, sync_dir)
+            await asyncio.to_thread(atomic_write_bytes, path, data, mode=mode, sync_dir=sync_dir)
         else:
             await self.connector.write_file(path, data, mode=mode)
 
@@ -603,8 +609,10 @@ class SlurmExecutor(Executor):
             return
         rec = job.record
         while rec.attempt < attempt:
+            # the attempt ended when Slurm requeued it: say so, not the RUNNING it was last seen in
+            summary = {**rec.archived("requeued by Slurm"), "state": "REQUEUED", "ended_at": rec.ended_at or now_iso()}
             rec = attrs.evolve(
-                rec, attempt=rec.attempt + 1, attempts=(*rec.attempts, rec.archived("requeued by Slurm"))
+                rec, attempt=rec.attempt + 1, attempts=(*rec.attempts, summary), ended_at=None
             ).transition(detail=f"attempt {rec.attempt + 1} (requeued by Slurm)")
         job.replace_record(rec, write=True)
 
@@ -1083,27 +1091,6 @@ class SlurmExecutor(Executor):
 
     def __repr__(self) -> str:
         return f"<SlurmExecutor connector={self.connector_name} cluster={self.cluster}>"
-
-
-def _write_synced(path: str, data: bytes, mode: int | None, sync_dir: bool) -> None:
-    """Temporary name, fsync, rename. The directory itself is fsynced by the record write
-    that always follows in the same directory (SUBMITTING), which makes this rename durable."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if mode is not None:
-        os.chmod(tmp, mode)
-    os.replace(tmp, target)
-    if sync_dir:
-        fsync_dir(target.parent)
 
 
 async def _apply(job: Job, update: StateUpdate) -> bool:
