@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import os
+import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -12,8 +16,51 @@ from ..fsutil import atomic_write_bytes
 from .base import CommandResult, Connector
 
 
+def _run_blocking(
+    argv: list[str], env: dict[str, str] | None, cwd: str | None, timeout: float | None, input: bytes | None
+) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` without a shell and collect its output; past ``timeout`` the child is killed
+    (and its pipes are drained for at most 5 s more: a grandchild may hold them open)."""
+    with subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+    ) as proc:
+        try:
+            out, err = proc.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=5)
+            raise
+        return proc.returncode, out, err
+
+
+async def _in_thread(
+    argv: list[str], env: dict[str, str] | None, cwd: str | None, timeout: float | None, input: bytes | None
+) -> tuple[int, bytes, bytes]:
+    """``_run_blocking`` in a thread of its own: a blocking ``Popen`` per thread costs less than
+    an asyncio subprocess (whose child watcher starts a thread per child in Python 3.11 anyway),
+    and no pool means a long command never delays a short one."""
+    future: concurrent.futures.Future[tuple[int, bytes, bytes]] = concurrent.futures.Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(_run_blocking(argv, env, cwd, timeout, input))
+        except BaseException as e:  # delivered to the awaiting coroutine
+            future.set_exception(e)
+
+    threading.Thread(target=work, name=f"launchers-{os.path.basename(argv[0])}", daemon=True).start()
+    return await asyncio.wrap_future(future)
+
+
 class LocalConnector(Connector):
-    """Runs commands with ``asyncio`` subprocesses (no shell) and uses local files."""
+    """Runs commands as subprocesses (no shell, in a thread pool) and uses local files."""
 
     is_local = True
 
@@ -38,27 +85,14 @@ class LocalConnector(Connector):
             full_env = dict(os.environ)
             full_env.update(env)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=cwd,
-                env=full_env,
-            )
+            done = await _in_thread(list(argv), full_env, cwd, timeout, input)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
             raise ConnectorError(f"local: cannot run {argv[0]!r}: {e.strerror or e}") from None
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(input), timeout)
-        except asyncio.TimeoutError:
-            try:
-                proc.kill()
-            except ProcessLookupError:
-                pass
-            await proc.wait()
+        except subprocess.TimeoutExpired:
             raise ConnectorError(f"local: {argv[0]} gave no answer in {timeout} s") from None
+        returncode, out, err = done
         return CommandResult(
-            returncode=proc.returncode if proc.returncode is not None else -1,
+            returncode=returncode,
             stdout=out.decode("utf-8", errors="replace"),
             stderr=err.decode("utf-8", errors="replace"),
         )
