@@ -155,13 +155,11 @@ class Tracker:
         if not quiet and self._outage_since is not None:
             log.warning("status recovered after %.0f s", time.monotonic() - self._outage_since)
             self._outage_since = None
-        changed = False
-        for job, update in updates.items():
-            try:
-                changed |= job.apply(update)
-            except Exception as e:  # one bad update (e.g. a disk error) must not stop the others
-                log.error("%s: could not record %s: %s", job.task_id, update.state, e)
-        return changed
+        if not updates:
+            return False
+        # the fsynced record writes run in one worker thread, not on the event loop, where
+        # they would hold up submissions (a cycle can end hundreds of jobs)
+        return await asyncio.to_thread(_apply_all, updates)
 
     async def _send_cancels(self) -> None:
         batch = [j for j in self._cancels.values() if not j.state.is_final]
@@ -191,3 +189,14 @@ class Tracker:
                 self.executor.enqueue(job, reconcile=action == "reconcile")
                 changed = True
         return changed
+
+
+def _apply_all(updates: Mapping[Job, StateUpdate]) -> bool:
+    """Apply a cycle's updates (each an fsynced record write); True when a state changed."""
+    changed = False
+    for job, update in updates.items():
+        try:
+            changed |= job.apply(update)
+        except Exception as e:  # one bad update (e.g. a disk error) must not stop the others
+            log.error("%s: could not record %s: %s", job.task_id, update.state, e)
+    return changed
