@@ -93,7 +93,7 @@ class Tracker:
     # -- the loop ------------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        last_full = last_fast = float("-inf")
+        last_full = float("-inf")
         while True:
             for key, job in list(self.jobs.items()):
                 if job.state.is_final and key not in self._cancels:
@@ -109,10 +109,7 @@ class Tracker:
             changed |= self._check_observers()
             tracked = [j for j in self.jobs.values() if j.native_id and not j.observer and not j.state.is_final]
             fast = self.executor.fast_interval
-            # at most once per fast interval: a burst of submissions wakes the loop once per job,
-            # and each fast check reads every tracked job's job.rc
-            if fast is not None and tracked and (self._poll_now or time.monotonic() - last_fast >= fast - 0.01):
-                last_fast = time.monotonic()
+            if fast is not None and tracked:
                 changed |= await self._apply(self.executor.fast_poll, tracked, quiet=True)
             now = time.monotonic()
             if self._poll_now or now - last_full >= self.interval - 0.01:
@@ -134,7 +131,7 @@ class Tracker:
             next_full = last_full + self.interval
             delay = max(0.0, next_full - time.monotonic())
             if fast is not None:
-                delay = min(delay, max(0.0, last_fast + fast - time.monotonic()))
+                delay = min(delay, fast)
             assert self._wake is not None
             self._wake.clear()
             try:
@@ -158,11 +155,13 @@ class Tracker:
         if not quiet and self._outage_since is not None:
             log.warning("status recovered after %.0f s", time.monotonic() - self._outage_since)
             self._outage_since = None
-        if not updates:
-            return False
-        # the fsynced record writes run in one worker thread, not on the event loop, where
-        # they would hold up submissions (a cycle can end hundreds of jobs)
-        return await asyncio.to_thread(_apply_all, updates)
+        changed = False
+        for job, update in updates.items():
+            try:
+                changed |= job.apply(update)
+            except Exception as e:  # one bad update (e.g. a disk error) must not stop the others
+                log.error("%s: could not record %s: %s", job.task_id, update.state, e)
+        return changed
 
     async def _send_cancels(self) -> None:
         batch = [j for j in self._cancels.values() if not j.state.is_final]
@@ -192,14 +191,3 @@ class Tracker:
                 self.executor.enqueue(job, reconcile=action == "reconcile")
                 changed = True
         return changed
-
-
-def _apply_all(updates: Mapping[Job, StateUpdate]) -> bool:
-    """Apply a cycle's updates (each an fsynced record write); True when a state changed."""
-    changed = False
-    for job, update in updates.items():
-        try:
-            changed |= job.apply(update)
-        except Exception as e:  # one bad update (e.g. a disk error) must not stop the others
-            log.error("%s: could not record %s: %s", job.task_id, update.state, e)
-    return changed

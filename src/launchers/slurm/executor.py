@@ -582,14 +582,6 @@ class SlurmExecutor(Executor):
 
     # -- job.rc ---------------------------------------------------------------------------------
 
-    async def _read_rcs(self, jobs: Sequence[Job]) -> dict[Job, RcRecord | None]:
-        """``job.rc`` of every job: on this machine all read in one worker thread (hundreds of
-        small reads would otherwise block the event loop, and the submissions on it)."""
-        if self.is_local:
-            dirs = [(job, self._job_dir(job)) for job in jobs]
-            return await asyncio.to_thread(lambda: {job: _read_local_rc(d) for job, d in dirs})
-        return {job: await self._read_rc(self._job_dir(job)) for job in jobs}
-
     async def _read_rc(self, directory: str) -> RcRecord | None:
         try:
             data = await self.connector.read_file(f"{directory}/{RC}", max_bytes=4096)
@@ -627,9 +619,8 @@ class SlurmExecutor(Executor):
     async def fast_poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
         """Every second on this machine: a ``job.rc`` with rc 0 completes a job, no Slurm call."""
         out: dict[Job, StateUpdate] = {}
-        rcs = await self._read_rcs(jobs)
         for job in jobs:
-            rc = rcs.get(job)
+            rc = await self._read_rc(self._job_dir(job))
             if rc is None:
                 continue
             update = self._rc_update(job, rc)
@@ -647,7 +638,7 @@ class SlurmExecutor(Executor):
     async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
         if not self.is_local:
             return await self._poll_remote(jobs)
-        rcs = await self._read_rcs(jobs)
+        rcs = {job: await self._read_rc(self._job_dir(job)) for job in jobs}
         return await self._poll_with(jobs, rcs)
 
     async def _poll_with(self, jobs: Sequence[Job], rcs: Mapping[Job, RcRecord | None]) -> dict[Job, StateUpdate]:
@@ -1100,15 +1091,6 @@ class SlurmExecutor(Executor):
 
     def __repr__(self) -> str:
         return f"<SlurmExecutor connector={self.connector_name} cluster={self.cluster}>"
-
-
-def _read_local_rc(directory: str) -> RcRecord | None:
-    try:
-        with open(f"{directory}/{RC}", "rb") as f:
-            data = f.read(4096)
-    except OSError:
-        return None
-    return parse_rc(data.decode("utf-8", errors="replace"))
 
 
 async def _apply(job: Job, update: StateUpdate) -> bool:
