@@ -145,27 +145,6 @@ def test_cancel_pending_and_running(tmp_path: Path) -> None:
     assert Q.read_done(queue, running.task_id)["state"] == "CANCELLED"  # type: ignore[index]
 
 
-def test_cancel_from_another_process(tmp_path: Path) -> None:
-    """`launchers cancel` in another process: a queued task is cancelled at once, a running one
-    is stopped by the runner; the CLI follows each to its final state and exits 0."""
-    import subprocess
-    import sys
-
-    b = batch(slots=1, kill_grace=1)
-    with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", b):
-        running = command(["sleep", "30"], name="long").submit()
-        queued = command(["true"], name="queued").submit()
-        deadline = time.monotonic() + 20
-        while running.state is not JobState.RUNNING and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for job in (queued, running):
-            done = subprocess.run([sys.executable, "-m", "launchers", "cancel", "--timeout", "30", str(job.directory)],
-                                  capture_output=True, text=True, timeout=60)
-            assert done.returncode == 0, done.stderr
-            assert "CANCELLED" in done.stdout
-        assert queued.wait(10) is JobState.CANCELLED and running.wait(10) is JobState.CANCELLED
-
-
 def test_timeout_through_batch(tmp_path: Path) -> None:
     b = batch(task_timeout=1, kill_grace=1)
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", b):

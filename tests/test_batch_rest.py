@@ -223,30 +223,6 @@ def test_killed_pilot_task_finished_by_a_second_pilot(site: tuple[str, Any, Any,
     assert not remote.lost_runners  # forgotten once its claims are gone
 
 
-def test_cancel_from_another_process_reaches_the_site_queue(site: tuple[str, Any, Any, Path], tmp_path: Path) -> None:
-    """`launchers cancel` in another process knows the task only from its record, whose
-    locator names the site: the queued task is taken out of pending/, the running one stopped."""
-    import subprocess
-    import sys
-
-    kind, _server, inner, _root = site
-    batch = inner.batched(slots=1, linger=3, walltime="10m", drain_margin="1m")
-    with pytest.raises(ExperimentFailed), experiment(tmp_path / "exp", batch):
-        a, b = (command(["sleep", "120"], name=n).submit() for n in ("a", "b"))
-        deadline = time.monotonic() + 60
-        while a.state is not JobState.RUNNING and b.state is not JobState.RUNNING:
-            assert time.monotonic() < deadline, "no sleeper ran"
-            time.sleep(0.1)
-        running, queued = (a, b) if a.state is JobState.RUNNING else (b, a)
-        assert running.record.extra["batch"]["locator"]["kind"] == kind
-        for job in (queued, running):
-            done = subprocess.run([sys.executable, "-m", "launchers", "cancel", "--timeout", "60", str(job.directory)],
-                                  capture_output=True, text=True, timeout=120)
-            assert done.returncode == 0, done.stderr
-            assert "CANCELLED" in done.stdout
-        assert running.wait(60) is JobState.CANCELLED and queued.wait(60) is JobState.CANCELLED
-
-
 def test_rest_transports_are_chosen_by_kind(unicore_server: UnicoreServer, firecrest_server: FirecrestServer) -> None:
     from launchers.batch.rest import rest_queue as make
 

@@ -131,14 +131,6 @@ def remote_base(connector: Connector) -> str:
     return str(base).rstrip("/")
 
 
-def pending_entry(entry: Mapping[str, Any]) -> tuple[bytes, str]:
-    """The bytes and the ``pending/`` name of a task entry to publish (submit time as ``seq``)."""
-    data = dict(entry)
-    data.setdefault("seq", time.time_ns())
-    data.setdefault("attempt", 0)
-    return json.dumps(data).encode(), R.pending_name(int(data["seq"]), str(data["id"]))
-
-
 @attrs.define(eq=False)
 class RemoteQueue:
     """A queue directory on the far side of a connector; async mirror of ``queue.py``."""
@@ -146,12 +138,6 @@ class RemoteQueue:
     connector: Connector
     path: str
     ready: bool = False
-    #: the launchers.yaml that declares the connector (recorded so a record alone reaches it)
-    config_file: str | None = None
-
-    def locator(self) -> dict[str, Any]:
-        """What a job record keeps to reach this queue again (``launchers cancel``)."""
-        return {"kind": "ssh", "connector": self.connector.name, "config": self.config_file, "path": self.path}
 
     async def _resolve(self) -> None:
         """Expand a leading ``~`` of the queue path with the remote home (once): remote
@@ -200,8 +186,11 @@ class RemoteQueue:
     async def publish(self, entry: Mapping[str, Any]) -> str:
         """Publish ``pending/<seq>-<id>.json`` through the connector (temporary name + rename)."""
         await self._resolve()
-        data, name = pending_entry(entry)
-        await self.connector.write_file(f"{self.path}/{R.PENDING}/{name}", data)
+        data = dict(entry)
+        data.setdefault("seq", time.time_ns())
+        data.setdefault("attempt", 0)
+        name = R.pending_name(int(data["seq"]), str(data["id"]))
+        await self.connector.write_file(f"{self.path}/{R.PENDING}/{name}", json.dumps(data).encode())
         return name
 
     async def scan(self) -> RemoteSnapshot:

@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import posixpath
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,7 @@ import attrs
 from ..errors import ConnectorError, LaunchersError
 from . import queue as Q
 from . import runner as R
-from .remote import OUTPUTS, RemoteSnapshot, pending_entry
+from .remote import OUTPUTS, RemoteSnapshot
 
 if TYPE_CHECKING:
     from ..remote.firecrest_executor import FirecrestExecutor
@@ -119,10 +120,6 @@ class RestQueue(abc.ABC):
     #: requests sent by this queue (tests and docs count them)
     requests: int = 0
 
-    @abc.abstractmethod
-    def locator(self) -> dict[str, Any]:
-        """What a job record keeps to reach this queue again (``launchers cancel``)."""
-
     # primitives (blocking; called in worker threads) -------------------------------------------
 
     @abc.abstractmethod
@@ -204,8 +201,11 @@ class RestQueue(abc.ABC):
     async def publish(self, entry: Mapping[str, Any]) -> str:
         """Write ``pending/<seq>-<id>.json`` in place (readers skip it until it parses)."""
         await self._resolve()
-        data, name = pending_entry(entry)
-        await self._call(self.write_sync, f"{R.PENDING}/{name}", data)
+        data = dict(entry)
+        data.setdefault("seq", time.time_ns())
+        data.setdefault("attempt", 0)
+        name = R.pending_name(int(data["seq"]), str(data["id"]))
+        await self._call(self.write_sync, f"{R.PENDING}/{name}", json.dumps(data).encode())
         return name
 
     async def scan(self) -> RemoteSnapshot:
@@ -317,9 +317,6 @@ class UnicoreQueue(RestQueue):
         assert self.executor is not None
         return self.executor
 
-    def locator(self) -> dict[str, Any]:
-        return {"kind": "unicore", "site": self._ex()._site_record(), "storage": self.storage, "rel": self.rel}
-
     def _retry(self, fn: Any, what: str) -> Any:
         from ..remote.http import with_retries
 
@@ -426,9 +423,6 @@ class FirecrestQueue(RestQueue):
         assert self.executor is not None
         return self.executor
 
-    def locator(self) -> dict[str, Any]:
-        return {"kind": "firecrest", "site": self._ex()._site_record(), "key": self.key}
-
     def _abs(self, rel: str) -> str:
         return posixpath.join(self.path, rel) if rel else self.path
 
@@ -515,31 +509,6 @@ def check_rest_site(inner: Any) -> None:
             "use its v2 API (api_version: 2)"
         )
     inner.executor().validate(inner, None)
-
-
-@attrs.frozen
-class _SiteRecord:
-    """The two fields of a job record that the remote executors' ``executor_from_record`` read."""
-
-    task_id: str
-    extra: Mapping[str, Any]
-
-
-def rest_queue_from_locator(task_id: str, locator: Mapping[str, Any]) -> RestQueue:
-    """The queue a record's ``locator`` names, with an executor rebuilt from the recorded site."""
-    kind = str(locator.get("kind"))
-    record: Any = _SiteRecord(task_id, {f"{kind}_site": locator.get("site")})
-    if kind == "unicore":
-        from ..remote.unicore_executor import executor_from_record as unicore_from_record
-
-        ex_u = unicore_from_record({}, record)
-        return UnicoreQueue(executor=ex_u, storage=str(locator.get("storage") or "HOME"), rel=str(locator.get("rel")))
-    if kind == "firecrest":
-        from ..remote.firecrest_executor import executor_from_record as firecrest_from_record
-
-        ex_f = firecrest_from_record({}, record)
-        return FirecrestQueue(executor=ex_f, key=str(locator.get("key")))
-    raise LaunchersError(f"job {task_id}: no REST batch queue for {kind!r}")
 
 
 def rest_queue(inner: Any, key: str) -> RestQueue:
