@@ -131,6 +131,14 @@ def remote_base(connector: Connector) -> str:
     return str(base).rstrip("/")
 
 
+def pending_entry(entry: Mapping[str, Any]) -> tuple[bytes, str]:
+    """The bytes and the ``pending/`` name of a task entry to publish (submit time as ``seq``)."""
+    data = dict(entry)
+    data.setdefault("seq", time.time_ns())
+    data.setdefault("attempt", 0)
+    return json.dumps(data).encode(), R.pending_name(int(data["seq"]), str(data["id"]))
+
+
 @attrs.define(eq=False)
 class RemoteQueue:
     """A queue directory on the far side of a connector; async mirror of ``queue.py``."""
@@ -186,11 +194,8 @@ class RemoteQueue:
     async def publish(self, entry: Mapping[str, Any]) -> str:
         """Publish ``pending/<seq>-<id>.json`` through the connector (temporary name + rename)."""
         await self._resolve()
-        data = dict(entry)
-        data.setdefault("seq", time.time_ns())
-        data.setdefault("attempt", 0)
-        name = R.pending_name(int(data["seq"]), str(data["id"]))
-        await self.connector.write_file(f"{self.path}/{R.PENDING}/{name}", json.dumps(data).encode())
+        data, name = pending_entry(entry)
+        await self.connector.write_file(f"{self.path}/{R.PENDING}/{name}", data)
         return name
 
     async def scan(self) -> RemoteSnapshot:

@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import posixpath
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,7 @@ import attrs
 from ..errors import ConnectorError, LaunchersError
 from . import queue as Q
 from . import runner as R
-from .remote import OUTPUTS, RemoteSnapshot
+from .remote import OUTPUTS, RemoteSnapshot, pending_entry
 
 if TYPE_CHECKING:
     from ..remote.firecrest_executor import FirecrestExecutor
@@ -201,11 +200,8 @@ class RestQueue(abc.ABC):
     async def publish(self, entry: Mapping[str, Any]) -> str:
         """Write ``pending/<seq>-<id>.json`` in place (readers skip it until it parses)."""
         await self._resolve()
-        data = dict(entry)
-        data.setdefault("seq", time.time_ns())
-        data.setdefault("attempt", 0)
-        name = R.pending_name(int(data["seq"]), str(data["id"]))
-        await self._call(self.write_sync, f"{R.PENDING}/{name}", json.dumps(data).encode())
+        data, name = pending_entry(entry)
+        await self._call(self.write_sync, f"{R.PENDING}/{name}", data)
         return name
 
     async def scan(self) -> RemoteSnapshot:
