@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -76,13 +77,24 @@ def held_rounds(n: int, workdir: Path, rounds: int) -> dict[str, object]:
 
 
 def drain_all(workdir: Path) -> None:
-    """Wait until no job runs any more (the previous round's), so that every round starts alike;
-    a job held pending elsewhere (e.g. by a dependency) costs the cluster nothing and is ignored."""
+    """Wait until no job runs any more (the previous round's) and slurmctld has sent everything
+    it queued (job launches and ends, the records for slurmdbd), so that every round starts
+    alike; a job held pending elsewhere (e.g. by a dependency) costs the cluster nothing."""
     for _ in range(300):
         out = sh(["squeue", "-h", "--states=RUNNING,COMPLETING,CONFIGURING", "-o", "%A"]).stdout
-        if not out.strip():
+        if not out.strip() and _controller_idle():
+            time.sleep(0.5)
             return
         time.sleep(0.2)
+
+
+def _controller_idle() -> bool:
+    """``sdiag``: slurmctld's agent queue and its queue for slurmdbd are both empty."""
+    proc = subprocess.run(["sdiag"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return True  # not allowed to ask: the running-jobs check alone
+    queues = re.findall(r"^(?:DBD )?Agent queue size:\s*(\d+)", proc.stdout, re.MULTILINE)
+    return all(q == "0" for q in queues)
 
 
 def ensure_submitit() -> Path:
@@ -237,10 +249,18 @@ def main() -> int:
         # a single measurement of either by a factor of two on this machine.
         plain_rates: list[float] = []
         runs: list[dict[str, float]] = []
+        # Each round starts on an idle controller, and the order alternates, so that neither side
+        # always inherits the other's finishing jobs.
         for r in range(args.repeat):
-            plain_rates.append(args.jobs / plain_loop(args.jobs, work))
-            runs.append(ours_submit(args.jobs, work / f"xp{r}"))
             drain_all(work)
+            if r % 2:
+                runs.append(ours_submit(args.jobs, work / f"xp{r}"))
+                drain_all(work)
+                plain_rates.append(args.jobs / plain_loop(args.jobs, work))
+            else:
+                plain_rates.append(args.jobs / plain_loop(args.jobs, work))
+                drain_all(work)
+                runs.append(ours_submit(args.jobs, work / f"xp{r}"))
         mine = min(runs, key=lambda m: abs(m["rate"] - statistics.median(x["rate"] for x in runs)))
         res["plain_loop_rates"] = plain_rates
         res["launchers_rates"] = [m["rate"] for m in runs]

@@ -8,7 +8,7 @@ import contextlib
 import os
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from ..errors import ConnectorError
@@ -75,15 +75,17 @@ class LocalConnector(Connector):
         cwd: str | None = None,
         timeout: float | None = None,
         input: bytes | None = None,
+        unset: Collection[str] = (),
     ) -> CommandResult:
-        """Run ``argv``; ``env`` is added to this process's environment. A missing program or
-        directory, or a command past ``timeout`` (then killed), is a ``ConnectorError``."""
+        """Run ``argv``; ``env`` is added to this process's environment and the names in
+        ``unset`` are left out of it. A missing program or directory, or a command past
+        ``timeout`` (then killed), is a ``ConnectorError``."""
         if not argv:
             raise ConnectorError("local: empty command")
         full_env = None
-        if env:
-            full_env = dict(os.environ)
-            full_env.update(env)
+        if env or unset:
+            full_env = {k: v for k, v in os.environ.items() if k not in unset}
+            full_env.update(env or {})
         try:
             done = await _in_thread(list(argv), full_env, cwd, timeout, input)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:

@@ -19,7 +19,7 @@ import signal as signal_module
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..connectors.base import CommandResult, Connector
+from ..connectors.local import LocalConnector
 from ..errors import ConnectorError, LaunchersError, ScriptError, SubmissionError
 from ..fsutil import atomic_write_bytes
 from ..jobs.executor import Executor, StateUpdate
@@ -223,15 +224,19 @@ class SlurmExecutor(Executor):
         return [f"--clusters={c}"] if c else []
 
     async def _run(
-        self, argv: Sequence[str], *, timeout: float = QUERY_TIMEOUT, cwd: str | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float = QUERY_TIMEOUT,
+        cwd: str | None = None,
+        unset: Collection[str] = (),
     ) -> CommandResult:
-        name = argv[0]
-        if argv[0] == "env":
-            name = next((a for a in argv[1:] if not a.startswith("-") and a not in self._unset), argv[-1])
-        self.commands[name] = self.commands.get(name, 0) + 1
+        """Run a Slurm command, counted by name; ``unset`` (local only) drops variables from its
+        environment."""
+        self.commands[argv[0]] = self.commands.get(argv[0], 0) + 1
+        if unset and isinstance(self.connector, LocalConnector):
+            return await self.connector.run(list(argv), timeout=timeout, cwd=cwd, unset=unset)
         return await self.connector.run(list(argv), timeout=timeout, cwd=cwd)
-
-    _unset: frozenset[str] = frozenset()
 
     async def user(self) -> tuple[str, int]:
         """The submitting user's name and uid on the cluster side."""
@@ -321,16 +326,14 @@ class SlurmExecutor(Executor):
         )
 
     def _sbatch_argv(self, script: str) -> list[str]:
-        argv = ["sbatch", "--parsable", *self._cluster_args(), script]
-        if self.is_local:
-            drop = sorted(set(os.environ) - set(submission_environ(os.environ)))
-            if drop:
-                prefix = ["env"]
-                for name in drop:
-                    prefix += ["-u", name]
-                self._unset = frozenset(drop)
-                return prefix + argv
-        return argv
+        return ["sbatch", "--parsable", *self._cluster_args(), script]
+
+    def _sbatch_unset(self) -> frozenset[str]:
+        """Variables sbatch would read as options, dropped from its environment (local: through
+        the environment given to the child, not an ``env -u`` program, one exec less per job)."""
+        if not self.is_local:
+            return frozenset()
+        return frozenset(set(os.environ) - set(submission_environ(os.environ)))
 
     # -- submission (§4) ------------------------------------------------------------------------
 
@@ -399,7 +402,8 @@ class SlurmExecutor(Executor):
                 await asyncio.sleep(wait)
             try:
                 async with self._semaphore():
-                    res = await self._run(self._sbatch_argv("job.sh"), timeout=SBATCH_TIMEOUT, cwd=directory)
+                    res = await self._run(self._sbatch_argv("job.sh"), timeout=SBATCH_TIMEOUT, cwd=directory,
+                                          unset=self._sbatch_unset())
                 if os.environ.get(KILL_AFTER_SBATCH_ENV) and res.returncode == 0:
                     os.kill(os.getpid(), signal_module.SIGKILL)
                 if res.returncode == 0:
@@ -1063,7 +1067,8 @@ class SlurmExecutor(Executor):
         while True:
             try:
                 async with self._semaphore():
-                    res = await self._run(self._sbatch_argv("array.sh"), timeout=SBATCH_TIMEOUT, cwd=array_dir)
+                    res = await self._run(self._sbatch_argv("array.sh"), timeout=SBATCH_TIMEOUT, cwd=array_dir,
+                                          unset=self._sbatch_unset())
                 if res.returncode == 0:
                     master, cluster = P.parse_sbatch_id(res.stdout, res.stderr)
                     break

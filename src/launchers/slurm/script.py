@@ -231,9 +231,19 @@ def _header(
 
 _BODY = r"""_l_dir=__JOB_DIR__
 _l_id=__NATIVE_ID__
-_l_host=$(hostname 2>/dev/null || uname -n 2>/dev/null)
+# The wrapper forks as little as it can: on a busy node every fork delays the task and Slurm.
+_l_now() {
+    if [ "${BASH_VERSINFO[0]}" -gt 4 ] || { [ "${BASH_VERSINFO[0]}" = 4 ] && [ "${BASH_VERSINFO[1]}" -ge 3 ]; }; then
+        local TZ=UTC0
+        printf -v "$1" '%(%Y-%m-%dT%H:%M:%SZ)T' -1
+    else
+        printf -v "$1" '%s' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    fi
+}
+_l_host=
+read -r _l_host < /proc/sys/kernel/hostname 2>/dev/null || _l_host=$(hostname 2>/dev/null || uname -n 2>/dev/null)
 _l_host=${_l_host//[^A-Za-z0-9._-]/_}
-_l_start=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+_l_now _l_start
 _l_pid=
 _l_sig=
 _l_rc=
@@ -250,7 +260,7 @@ _l_write_rc() {
     _l_norc=1
     local sig=null end tmp
     [ -n "$_l_sig" ] && sig=$_l_sig
-    end=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+    _l_now end
     tmp="$_l_dir/.job.rc.$$.tmp"
     printf '{"rc": %d, "signal": %s, "attempt": %d, "native_id": "%s", "host": "%s", "start": "%s", "end": "%s"}\n' \
         "$1" "$sig" "$LAUNCHERS_ATTEMPT" "$_l_id" "$_l_host" "$_l_start" "$end" > "$tmp" \
