@@ -216,6 +216,28 @@ def test_killed_after_sbatch_reconciled_by_name(cluster: dict[str, str], tmp_pat
     assert f"STATE COMPLETED {ids[0]}" in second.stdout
 
 
+def test_reconcile_keeps_to_its_own_workdir(cluster: dict[str, str], tmp_path: Path) -> None:
+    """The same task in two experiment directories has the same job name; each, killed after
+    sbatch, adopts its own job (Slurm's working directory tells them apart) and cancels neither."""
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT.replace(", sys.argv[1]]", ", sys.argv[2]]"))  # the same task in both
+    env = dict(os.environ, **{sx.KILL_AFTER_SBATCH_ENV: "1"})
+    ids: dict[str, str] = {}
+    for xp in ("a", "b"):
+        killed = subprocess.run([sys.executable, str(script), str(tmp_path / xp), str(tmp_path)], env=env,
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert killed.returncode == -9, killed.stderr
+        [state_file] = (tmp_path / xp).glob("jobs/*/*/state.json")
+        name = json.loads(state_file.read_text())["job_name"]
+        [ids[xp]] = [i for i in sacct_names(name) if i not in ids.values()]
+    for xp in ("a", "b"):
+        again = subprocess.run([sys.executable, str(script), str(tmp_path / xp), str(tmp_path)],
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        assert f"STATE COMPLETED {ids[xp]}" in again.stdout
+    assert sorted(sacct_names(name)) == sorted(ids.values())
+
+
 @pytest.mark.slow
 def test_timeout_and_resumable_requeue(cluster: dict[str, str], tmp_path: Path) -> None:
     code = textwrap.dedent(

@@ -474,40 +474,52 @@ class SlurmExecutor(Executor):
             return
         await self.submit(job)
 
-    async def find_by_name(self, name: str, since: float | None = None) -> list[str]:
+    async def find_by_name(self, name: str, since: float | None = None, workdir: str | None = None) -> list[str]:
         """Ids (array master ids for arrays) of this user's jobs named ``name`` (squeue, and
         sacct over 7 days if available), oldest first. ``since`` (epoch) drops jobs submitted before it (minus clock skew): the
-        same task in another experiment directory has the same name, but an earlier job."""
+        same task in another experiment directory has the same name, but an earlier job.
+        ``workdir`` drops jobs whose working directory Slurm reports as another one: the same
+        task submitted at the same time from another experiment directory."""
         user, _ = await self.user()
         found: dict[str, float | None] = {}
+        others: set[str] = set()
+
+        def elsewhere(jid: str, where: str) -> None:
+            if workdir is not None and where.strip() and where.strip().rstrip("/") != workdir.rstrip("/"):
+                others.add(jid)
+
         res = await self._run(
-            ["squeue", "--noheader", "--states=all", f"--user={user}", f"--name={name}", "--format=%F|%V",
+            ["squeue", "--noheader", "--states=all", f"--user={user}", f"--name={name}", "--format=%F|%V|%Z",
              *self._cluster_args()]
         )  # fmt: skip
         if res.returncode == 0:
             for line in res.stdout.splitlines():
-                jid, _, submit = line.strip().partition("|")
+                jid, _, rest = line.strip().partition("|")
+                submit, _, where = rest.partition("|")
                 if jid.isdigit():
                     found[jid] = _parse_time(submit)
+                    elsewhere(jid, where)
         if self._accounting is not False:
             start = (datetime.now() - timedelta(days=7)).strftime("%Y-%m-%dT%H:%M:%S")
             res2 = await self._run(
                 ["sacct", "--noheader", "--parsable2", "--allocations", f"--name={name}", f"--user={user}",
-                 f"--starttime={start}", "--format=JobID,Submit", *self._cluster_args()]
+                 f"--starttime={start}", "--format=JobID,Submit,WorkDir", *self._cluster_args()]
             )  # fmt: skip
             if res2.returncode == 0:
                 for line in res2.stdout.splitlines():
-                    jid, _, submit = line.strip().partition("|")
+                    jid, _, rest = line.strip().partition("|")
+                    submit, _, where = rest.partition("|")
                     jid = P.master_id(jid)
                     if jid.isdigit():
                         found.setdefault(jid, _parse_time(submit))
+                        elsewhere(jid, where)
             elif P.sacct_accounting_disabled(res2.returncode, res2.stderr, res2.stdout):
                 self._accounting = False
         if res.returncode != 0 and not found:
             raise ConnectorError(f"squeue failed: {res.stderr.strip()}")
         if since is not None:
             found = {j: t for j, t in found.items() if t is None or t >= since - CLOCK_SKEW}
-        return sorted(found, key=int)
+        return sorted((j for j in found if j not in others), key=int)
 
     @staticmethod
     def _submitting_since(job: Job) -> float | None:
@@ -517,8 +529,14 @@ class SlurmExecutor(Executor):
                 return _parse_time(when)
         return None
 
+    def _workdir(self, job: Job) -> str | None:
+        """The working directory the job's script asks for (``--chdir``), when it is known."""
+        if job.task is None:
+            return None
+        return job.task.cwd or self._job_dir(job)
+
     async def _adopt_by_name(self, job: Job, name: str) -> bool:
-        ids = await self.find_by_name(name, since=self._submitting_since(job))
+        ids = await self.find_by_name(name, since=self._submitting_since(job), workdir=self._workdir(job))
         if not ids:
             return False
         keep, extra = ids[0], ids[1:]
