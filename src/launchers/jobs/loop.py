@@ -30,6 +30,13 @@ def get_loop() -> asyncio.AbstractEventLoop:
     with _lock:
         if _loop is None or _thread is None or not _thread.is_alive():
             _loop = asyncio.new_event_loop()
+            # Blocking calls (local commands' waits, remote sites' HTTP with retries, fsyncs) go
+            # to the default pool; asyncio's default is cpu_count + 4 threads (6 on 2 cores),
+            # which an unreachable site's retrying calls alone could fill, stalling every other
+            # executor's submissions. Threads are only started when needed.
+            _loop.set_default_executor(
+                concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="launchers-io")
+            )
             _thread = threading.Thread(
                 target=_run, args=(_loop,), name="launchers-loop", daemon=True
             )

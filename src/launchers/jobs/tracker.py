@@ -4,12 +4,15 @@ its unfinished jobs, an adaptive interval, and failed queries that never fail a 
 Interval: ``executor.poll_min`` after a submission or a state change, then x1.5 per quiet cycle
 up to ``executor.poll_max``; during an outage it backs off to ``poll_max``. ``fast_poll`` runs
 every ``executor.fast_interval`` seconds when set. Cancels requested within a cycle become one
-``executor.cancel(jobs)`` call. Runs on the background loop (``launchers.jobs.loop``).
+``executor.cancel(jobs)`` call. Runs on the background loop (``launchers.jobs.loop``); the
+updates found are recorded (``state.json``, fsynced) in a thread of the tracker's own, so that a
+slow disk never holds up the loop, where submissions run, and no shared pool can delay them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -45,6 +48,7 @@ class Tracker:
         self._cancel_due = 0.0
         #: Number of ``poll`` calls made (for tests and benchmarks).
         self.cycles = 0
+        self._writer: concurrent.futures.ThreadPoolExecutor | None = None
 
     # -- called in the loop thread --------------------------------------------------------------
 
@@ -155,13 +159,11 @@ class Tracker:
         if not quiet and self._outage_since is not None:
             log.warning("status recovered after %.0f s", time.monotonic() - self._outage_since)
             self._outage_since = None
-        changed = False
-        for job, update in updates.items():
-            try:
-                changed |= job.apply(update)
-            except Exception as e:  # one bad update (e.g. a disk error) must not stop the others
-                log.error("%s: could not record %s: %s", job.task_id, update.state, e)
-        return changed
+        if not updates:
+            return False
+        if self._writer is None:
+            self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="launchers-records")
+        return await asyncio.get_running_loop().run_in_executor(self._writer, _record, updates)
 
     async def _send_cancels(self) -> None:
         batch = [j for j in self._cancels.values() if not j.state.is_final]
@@ -191,3 +193,14 @@ class Tracker:
                 self.executor.enqueue(job, reconcile=action == "reconcile")
                 changed = True
         return changed
+
+
+def _record(updates: Mapping[Job, StateUpdate]) -> bool:
+    """Apply ``updates`` (the tracker's writer thread); True when a state changed."""
+    changed = False
+    for job, update in updates.items():
+        try:
+            changed |= job.apply(update)
+        except Exception as e:  # one bad update (e.g. a disk error) must not stop the others
+            log.error("%s: could not record %s: %s", job.task_id, update.state, e)
+    return changed
