@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import pathlib
 import subprocess
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -70,3 +72,102 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
 def slurm_env(slurm_cluster: dict[str, str]) -> dict[str, str]:
     """An environment for subprocesses that talk to the main cluster."""
     return dict(os.environ, **slurm_cluster)
+
+
+def _processes_under(root: pathlib.Path) -> list[str]:
+    """Processes of this machine started for jobs under ``root`` (their command line names it,
+    or their ``LAUNCHERS_JOB_DIR`` is in it): a pilot's runner, a task the runner left behind."""
+    mark = str(root).encode()
+    out = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes()
+            env = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if mark in argv or b"LAUNCHERS_JOB_DIR=" + mark in env:
+            text = argv.replace(bytes(1), b" ").decode(errors="replace")
+            out.append(f"{proc.name}: {text[:160]}")
+    return out
+
+
+def _slurm_jobs_under(root: pathlib.Path) -> list[str]:
+    """Live Slurm jobs (squeue) whose working directory is under ``root``; [] without Slurm."""
+    try:
+        res = subprocess.run(["squeue", "--noheader", "--format=%i|%T|%Z"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if res.returncode != 0:
+        return []
+    return [line for line in res.stdout.splitlines() if line.split("|")[-1].startswith(str(root))]
+
+
+class Leftovers:
+    """What a batch test watches so that it leaves nothing behind (see ``leaves_nothing``)."""
+
+    def __init__(self, root: pathlib.Path) -> None:
+        self.root = root
+        self.executors: list[Any] = []
+
+    def watch(self, executor: Any) -> None:
+        """End, after the test, the pilots this ``BatchExecutor`` started for queues under the root."""
+        self.executors.append(executor)
+
+    def pilots(self) -> list[Any]:
+        return [p for ex in self.executors for s in ex.shapes.values()
+                if str(s.queue).startswith(str(self.root)) for p in s.pilots]
+
+    def end_pilots(self, timeout: float) -> list[Any]:
+        """Wait for the pilots to end (their runners linger briefly), waking their trackers so the
+        final state is seen while the site still answers; cancel the others. Returns those."""
+        from launchers.jobs.loop import call_soon
+
+        deadline = time.monotonic() + timeout
+        while True:
+            alive = [p for p in self.pilots() if not p.state.is_final]
+            if not alive or time.monotonic() > deadline:
+                break
+            for p in alive:
+                if p.executor is not None:
+                    call_soon(lambda t=p.executor.tracker: t.wake(poll_now=True))
+            time.sleep(1.0)
+        for p in alive:
+            p.cancel()
+        for p in alive:
+            try:
+                p.wait(30)
+            except TimeoutError:
+                pass
+        return alive
+
+
+@pytest.fixture
+def leaves_nothing(tmp_path: pathlib.Path) -> Iterator[Leftovers]:
+    """After the test: its pilots ended, and no Slurm job nor process of its own left (working
+    directory, command line or job directory under ``tmp_path``). A leftover holds nodes of the
+    small sandbox cluster, or keeps a tracker polling a test server that is gone; whatever is
+    found is cancelled or killed, then reported as a failure. Request it after the fixtures of
+    the servers a test uses, so that it runs first at teardown, while they still answer."""
+    watch = Leftovers(tmp_path)
+    yield watch
+    stuck = watch.end_pilots(timeout=60)
+    jobs: list[str] = []
+    procs: list[str] = []
+    deadline = time.monotonic() + 20  # a pilot that just ended may still be COMPLETING
+    while time.monotonic() < deadline:
+        jobs, procs = _slurm_jobs_under(tmp_path), _processes_under(tmp_path)
+        if not jobs and not procs:
+            break
+        time.sleep(0.5)
+    if jobs:
+        subprocess.run(["scancel", *(line.split("|")[0] for line in jobs)], capture_output=True)
+    for line in procs:
+        try:
+            os.kill(int(line.split(":")[0]), 9)
+        except OSError:
+            pass
+    assert not stuck, f"pilots still running after the test: {[(p.native_id, p.state) for p in stuck]}"
+    assert not jobs, f"Slurm jobs left by the test (cancelled now): {jobs}"
+    assert not procs, f"processes left by the test (killed now): {procs}"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import test_jobs_tasks as tt
+from conftest import Leftovers
 from launchers.batch import queue as Q
 from launchers.batch.executor import (
     BatchExecutor,
@@ -143,6 +144,29 @@ def test_cancel_pending_and_running(tmp_path: Path) -> None:
     queue = Path(running.record.extra["batch"]["queue"])
     assert Q.read_done(queue, queued.task_id)["state"] == "CANCELLED"  # type: ignore[index]
     assert Q.read_done(queue, running.task_id)["state"] == "CANCELLED"  # type: ignore[index]
+
+
+def test_cancel_from_another_process(tmp_path: Path, leaves_nothing: Leftovers) -> None:
+    """`launchers cancel` in another process: a queued task is cancelled at once, a running one
+    is stopped by the runner; the CLI follows each to its final state and exits 0. The runner
+    kills the task: no process of it is left (``leaves_nothing``)."""
+    import subprocess
+    import sys
+
+    b = batch(slots=1, kill_grace=1)
+    leaves_nothing.watch(b.executor())
+    with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", b):
+        running = command(["sleep", "30"], name="long").submit()
+        queued = command(["true"], name="queued").submit()
+        deadline = time.monotonic() + 20
+        while running.state is not JobState.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for job in (queued, running):
+            done = subprocess.run([sys.executable, "-m", "launchers", "cancel", "--timeout", "30", str(job.directory)],
+                                  capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            assert "CANCELLED" in done.stdout
+        assert queued.wait(10) is JobState.CANCELLED and running.wait(10) is JobState.CANCELLED
 
 
 def test_timeout_through_batch(tmp_path: Path) -> None:

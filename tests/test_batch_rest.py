@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from conftest import Leftovers
 from launchers import ExperimentFailed, JobState, command, experiment, task
 from launchers.batch.executor import BatchExecutor
 from launchers.batch.rest import (
@@ -221,6 +222,34 @@ def test_killed_pilot_task_finished_by_a_second_pilot(site: tuple[str, Any, Any,
     # firecREST: the lost runner is handed to the second pilot, whose runner re-queues its claim
     assert ("--lost-runner" in second) is (kind == "firecrest")
     assert not remote.lost_runners  # forgotten once its claims are gone
+
+
+def test_cancel_from_another_process_reaches_the_site_queue(site: tuple[str, Any, Any, Path], tmp_path: Path,
+                                                           leaves_nothing: Leftovers) -> None:
+    """`launchers cancel` in another process knows the task only from its record, whose
+    locator names the site: the queued task is taken out of pending/, the running one stopped
+    (killed by the runner: neither it nor the pilot is left behind)."""
+    import subprocess
+    import sys
+
+    kind, _server, inner, _root = site
+    batch = inner.batched(slots=1, linger=1, walltime="10m", drain_margin="1m", kill_grace=2)
+    leaves_nothing.watch(batch.executor())
+    with pytest.raises(ExperimentFailed), experiment(tmp_path / "exp", batch):
+        a, b = (command(["sleep", "30"], name=n).submit() for n in ("a", "b"))
+        deadline = time.monotonic() + 60
+        while a.state is not JobState.RUNNING and b.state is not JobState.RUNNING:
+            assert time.monotonic() < deadline, "no sleeper ran"
+            time.sleep(0.1)
+        running, queued = (a, b) if a.state is JobState.RUNNING else (b, a)
+        assert running.record.extra["batch"]["locator"]["kind"] == kind
+        for job in (queued, running):
+            done = subprocess.run([sys.executable, "-m", "launchers", "cancel", "--timeout", "60", str(job.directory)],
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+            assert "CANCELLED" in done.stdout
+        assert running.wait(60) is JobState.CANCELLED and queued.wait(60) is JobState.CANCELLED
+    assert running.exit_code != 0  # killed, not run to its end
 
 
 def test_rest_transports_are_chosen_by_kind(unicore_server: UnicoreServer, firecrest_server: FirecrestServer) -> None:

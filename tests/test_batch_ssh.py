@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Leftovers
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment, task
 from launchers.batch.executor import BatchExecutor
 from launchers.config.loader import load_config
@@ -134,3 +135,31 @@ def test_home_relative_workdir_is_expanded(clean: dict[str, str], tmp_path: Path
         assert list((remote / "batch").glob("*/runner.py"))
     finally:
         shutil.rmtree(remote, ignore_errors=True)
+
+
+def test_cancel_from_another_process_reaches_the_remote_queue(clean: dict[str, str], tmp_path: Path,
+                                                             leaves_nothing: Leftovers) -> None:
+    """`launchers cancel` in another process knows the job only from its record: the record
+    says how to reach the queue (connector and configuration), so the cancel is not lost. The
+    runner on the far side kills the running task: neither it nor the pilot is left behind."""
+    import sys
+
+    remote = tmp_path / "remote"
+    batch = ssh_launcher(tmp_path, clean, remote).batched(slots=1, linger=1, walltime="10m", drain_margin="1m",
+                                                          kill_grace=2)
+    leaves_nothing.watch(batch.executor())
+    with pytest.raises(ExperimentFailed), experiment(tmp_path / "exp", batch):
+        long, late = (command(["sleep", "30"], name=n).submit() for n in ("long", "late"))
+        deadline = time.monotonic() + 40
+        while long.state is not JobState.RUNNING and late.state is not JobState.RUNNING:
+            assert time.monotonic() < deadline, "no sleeper ran"
+            time.sleep(0.1)
+        running, queued = (long, late) if long.state is JobState.RUNNING else (late, long)
+        assert running.record.extra["batch"]["locator"]["kind"] == "ssh"
+        for job in (queued, running):  # one queued (taken out of pending/), one running (cancel/<id>)
+            done = subprocess.run([sys.executable, "-m", "launchers", "cancel", "--timeout", "60", str(job.directory)],
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+            assert "CANCELLED" in done.stdout
+        assert running.wait(60) is JobState.CANCELLED and queued.wait(30) is JobState.CANCELLED
+    assert running.exit_code != 0  # killed, not run to its end

@@ -116,6 +116,20 @@ def test_fatal_pending_reason_unrunnable(cluster: dict[str, str], tmp_path: Path
     assert "CANCELLED" in st
 
 
+def test_dependency_failing_later_is_unrunnable(cluster: dict[str, str], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job it depends on fails after the submission: slurmdbd keeps the reason it was
+    recorded with (Dependency), slurmctld says DependencyNeverSatisfied: the job ends UNRUNNABLE."""
+    monkeypatch.setattr(sx, "FATAL_CONFIRM", 3.0)
+    first = subprocess.run(["sbatch", "--parsable", "-p", "debug", "-o", "/dev/null", "--wrap", "sleep 4; exit 1"],
+                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    L = make_launcher().config(sbatch_options={"dependency": f"afterok:{first}"})
+    with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
+        job = command(["true"]).submit()
+    assert job.state is JobState.UNRUNNABLE
+    assert "DependencyNeverSatisfied" in (job.reason or "")
+
+
 def test_submit_limit_waits_then_submits(cluster: dict[str, str], tmp_path: Path) -> None:
     """A QoS allowing 2 submitted jobs per user: the others wait (WAITING), then go in."""
     qos = "lnch_submit2"

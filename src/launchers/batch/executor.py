@@ -9,7 +9,6 @@ Pilots are ordinary jobs of the inner launcher (their own job directories under
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -17,7 +16,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,7 @@ import attrs
 
 from ..errors import LaunchersError
 from ..jobs.executor import Executor, StateUpdate
+from ..jobs.job import directory_lock
 from ..jobs.record import read_record
 from ..jobs.state import JobState
 from ..jobs.task import KIND_COMMAND, command
@@ -33,7 +33,7 @@ from . import queue as Q
 from . import runner as R
 from .launcher import BatchLauncher
 from .remote import RemoteQueue, RemoteSnapshot, connector_of, remote_base
-from .rest import RestQueue, check_rest_site, rest_queue
+from .rest import RestQueue, check_rest_site, rest_queue, rest_queue_from_locator
 
 if TYPE_CHECKING:
     from ..jobs.job import Job
@@ -210,16 +210,6 @@ class Shape:
     tags: dict[Path, str] = attrs.field(factory=dict)
 
 
-@contextlib.contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def _pilot_slurm_launcher(inner: Any, batch: BatchLauncher, res: Resources, slots: int, walltime: float) -> Any:
     """The inner Slurm launcher resized for ``slots`` tasks and the walltime, warned with USR1."""
     from ..slurm.launcher import SlurmLauncher
@@ -297,7 +287,9 @@ class BatchExecutor(Executor):
         if not self._is_remote(batch):
             return None
         connector = connector_of(batch.inner)
-        return RemoteQueue(connector, f"{remote_base(connector)}/batch/{key}")
+        config_file = getattr(getattr(getattr(batch.inner, "group", None), "position", None), "file", None)
+        return RemoteQueue(connector, f"{remote_base(connector)}/batch/{key}",
+                           config_file=str(config_file) if config_file else None)
 
     async def _scan(self, shape: Shape) -> Q.Snapshot:
         if shape.remote is None:
@@ -381,7 +373,7 @@ class BatchExecutor(Executor):
                 native_id=f"batch:{shape.key}:{job.task_id}",
                 reason=f"queued in batch {shape.key}",
                 extra={"batch": {"queue": str(shape.queue), "shape": shape.key, "pending": name,
-                                 **({"remote_queue": shape.remote.path} if shape.remote else {})}},
+                                 **_remote_info(shape)}},
             )
         )
         await self._manage(shape, await self._scan(shape))
@@ -400,7 +392,7 @@ class BatchExecutor(Executor):
             return
         shape.jobs[tid] = job
         info = {"queue": str(shape.queue), "shape": shape.key, "pending": snap.pending.get(tid, ""),
-                **({"remote_queue": shape.remote.path} if shape.remote else {})}
+                **_remote_info(shape)}
         job.apply(StateUpdate(state=JobState.PENDING, detail="adopted after a crash",
                               native_id=f"batch:{shape.key}:{tid}", extra={"batch": info}))
 
@@ -458,7 +450,7 @@ class BatchExecutor(Executor):
             oldest = snap.oldest_seq
             if oldest is None or time.time() - oldest / 1e9 < batch.scale_after:
                 return
-        with _flock(shape.queue / ".pilots.lock"):
+        with directory_lock(shape.queue / ".pilots.lock"):
             self._adopt_pilots(shape)
             now_active = self._active(shape)
             if len(now_active) > len(active) or (not active and now_active):
@@ -521,11 +513,15 @@ class BatchExecutor(Executor):
 
     async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
         by_shape: dict[str, list[Job]] = {}
+        out: dict[Job, StateUpdate] = {}
         for job in jobs:
             shape = self._shape_of_job(job)
             if shape is not None:
                 by_shape.setdefault(str(shape.queue), []).append(job)
-        out: dict[Job, StateUpdate] = {}
+            else:  # known from its record only (launchers cancel in another process)
+                update = await self._orphan_update(job)
+                if update is not None:
+                    out[job] = update
         for key, mine in by_shape.items():
             shape = self.shapes[key]
             snap = await self._scan(shape)
@@ -687,6 +683,22 @@ class BatchExecutor(Executor):
             return StateUpdate(state=JobState.PENDING, detail="re-queued", reason="re-queued: its runner was lost")
         return None
 
+    async def _orphan_update(self, job: Job) -> StateUpdate | None:
+        """A job with no launcher here: its owner's record when that moved on, else its
+        ``done/`` entry read from the queue (local, or through the recorded locator)."""
+        if job.refresh() or job.state.is_final:
+            return None
+        info = job.record.extra.get("batch") or {}
+        tid = job.task_id
+        if info.get("remote_queue"):
+            scan = await queue_from_locator(tid, info.get("locator")).scan()
+            done = scan.done.get(tid) if tid in scan.snap.done else None
+        elif info.get("queue"):
+            done = Q.read_done(Path(info["queue"]), tid)
+        else:
+            return None
+        return None if done is None else self._final(job, done)
+
     def _pilot_native(self, shape: Shape, runner: str) -> str | None:
         entry = R.read_entry(str(shape.queue / R.RUNNERS / f"{runner}.json")) or {}
         native = entry.get("native_id")
@@ -729,6 +741,8 @@ class BatchExecutor(Executor):
             shape = self._shape_of_job(job) if remote else None
             if shape is not None and shape.remote is not None:
                 result = await shape.remote.cancel_task(job.task_id)
+            elif remote:  # known from its record only (launchers cancel): reach the queue again
+                result = await queue_from_locator(job.task_id, info.get("locator")).cancel_task(job.task_id)
             else:
                 result = Q.cancel_task(queue, job.task_id)
             if result == "cancelled":
@@ -780,6 +794,30 @@ def create_executor(launcher: Launcher) -> BatchExecutor:
 def executor_key(launcher: Launcher) -> tuple[str]:
     """One batch executor per process (shapes are kept apart inside it)."""
     return ("batch",)
+
+
+def _remote_info(shape: Shape) -> dict[str, Any]:
+    """The record's keys for a queue that lives elsewhere: its path and how to reach it."""
+    if shape.remote is None:
+        return {}
+    return {"remote_queue": shape.remote.path, "locator": shape.remote.locator()}
+
+
+def queue_from_locator(task_id: str, locator: Any) -> RemoteQueue | RestQueue:
+    """The remote queue a record's ``locator`` names (SSH connector, UNICORE or firecREST site)."""
+    if not isinstance(locator, Mapping):
+        raise LaunchersError(f"job {task_id}: its record does not say how to reach its batch queue "
+                             "(recorded by an older version); cancel it from the experiment that submitted it")
+    kind = locator.get("kind")
+    if kind == "ssh":
+        from ..config.loader import load_config
+        from ..connectors.registry import get_connector
+
+        connector = get_connector(str(locator.get("connector")), load_config(locator.get("config")))
+        return RemoteQueue(connector, str(locator.get("path")), config_file=locator.get("config"))
+    if kind in REST_KINDS:
+        return rest_queue_from_locator(task_id, locator)
+    raise LaunchersError(f"job {task_id}: unknown batch queue transport {kind!r} in its record")
 
 
 def executor_from_record(info: Mapping[str, Any], record: object) -> BatchExecutor:

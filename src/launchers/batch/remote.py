@@ -146,6 +146,12 @@ class RemoteQueue:
     connector: Connector
     path: str
     ready: bool = False
+    #: the launchers.yaml that declares the connector (recorded so a record alone reaches it)
+    config_file: str | None = None
+
+    def locator(self) -> dict[str, Any]:
+        """What a job record keeps to reach this queue again (``launchers cancel``)."""
+        return {"kind": "ssh", "connector": self.connector.name, "config": self.config_file, "path": self.path}
 
     async def _resolve(self) -> None:
         """Expand a leading ``~`` of the queue path with the remote home (once): remote

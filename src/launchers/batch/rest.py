@@ -119,6 +119,10 @@ class RestQueue(abc.ABC):
     #: requests sent by this queue (tests and docs count them)
     requests: int = 0
 
+    @abc.abstractmethod
+    def locator(self) -> dict[str, Any]:
+        """What a job record keeps to reach this queue again (``launchers cancel``)."""
+
     # primitives (blocking; called in worker threads) -------------------------------------------
 
     @abc.abstractmethod
@@ -313,6 +317,9 @@ class UnicoreQueue(RestQueue):
         assert self.executor is not None
         return self.executor
 
+    def locator(self) -> dict[str, Any]:
+        return {"kind": "unicore", "site": self._ex()._site_record(), "storage": self.storage, "rel": self.rel}
+
     def _retry(self, fn: Any, what: str) -> Any:
         from ..remote.http import with_retries
 
@@ -419,6 +426,9 @@ class FirecrestQueue(RestQueue):
         assert self.executor is not None
         return self.executor
 
+    def locator(self) -> dict[str, Any]:
+        return {"kind": "firecrest", "site": self._ex()._site_record(), "key": self.key}
+
     def _abs(self, rel: str) -> str:
         return posixpath.join(self.path, rel) if rel else self.path
 
@@ -505,6 +515,31 @@ def check_rest_site(inner: Any) -> None:
             "use its v2 API (api_version: 2)"
         )
     inner.executor().validate(inner, None)
+
+
+@attrs.frozen
+class _SiteRecord:
+    """The two fields of a job record that the remote executors' ``executor_from_record`` read."""
+
+    task_id: str
+    extra: Mapping[str, Any]
+
+
+def rest_queue_from_locator(task_id: str, locator: Mapping[str, Any]) -> RestQueue:
+    """The queue a record's ``locator`` names, with an executor rebuilt from the recorded site."""
+    kind = str(locator.get("kind"))
+    record: Any = _SiteRecord(task_id, {f"{kind}_site": locator.get("site")})
+    if kind == "unicore":
+        from ..remote.unicore_executor import executor_from_record as unicore_from_record
+
+        ex_u = unicore_from_record({}, record)
+        return UnicoreQueue(executor=ex_u, storage=str(locator.get("storage") or "HOME"), rel=str(locator.get("rel")))
+    if kind == "firecrest":
+        from ..remote.firecrest_executor import executor_from_record as firecrest_from_record
+
+        ex_f = firecrest_from_record({}, record)
+        return FirecrestQueue(executor=ex_f, key=str(locator.get("key")))
+    raise LaunchersError(f"job {task_id}: no REST batch queue for {kind!r}")
 
 
 def rest_queue(inner: Any, key: str) -> RestQueue:

@@ -675,6 +675,11 @@ class SlurmExecutor(Executor):
                 rest.append(job)
         if rest:
             rows, source = await self._query(rest)
+            live: dict[str, Row] | None = None
+            if source == "sacct":
+                live = await self._live_pending(rest, rows)
+                if live is not None:
+                    rows = _with_live_reasons(rows, live)
             now = time.time()
             missing: list[Job] = []
             for job in rest:
@@ -692,7 +697,7 @@ class SlurmExecutor(Executor):
                 if upd is not None:
                     out[job] = upd
             if missing:
-                rows2 = await self._squeue(missing)
+                rows2 = live if live is not None else await self._squeue(missing)
                 for job in missing:
                     row = rows2.get(job.native_id or "")
                     upd = self._from_row(job, row, rcs.get(job), now) if row else self._gone(job, rcs.get(job), now)
@@ -715,6 +720,18 @@ class SlurmExecutor(Executor):
                     raise ConnectorError(str(e)) from None
                 log.info("sacct failed (%s); using squeue for this cycle", e)
         return await self._squeue(jobs), "squeue"
+
+    async def _live_pending(self, jobs: Sequence[Job], rows: Mapping[str, Row]) -> dict[str, Row] | None:
+        """squeue's rows when sacct lists a pending job, else None (no query): slurmdbd keeps the
+        reason a job had when it was first recorded, so a dependency that fails later stays
+        ``Dependency`` there and a fatal pending reason is only seen in slurmctld's."""
+        if not any((r := rows.get(j.native_id or "")) is not None and _is_pending(r) for j in jobs):
+            return None
+        try:
+            return await self._squeue(jobs)
+        except ConnectorError as e:  # sacct's rows still tell the states
+            log.info("squeue for pending reasons failed (%s); using sacct's", e)
+            return None
 
     async def _sacct(self, jobs: Sequence[Job]) -> dict[str, Row]:
         ids = sorted({P.master_id(j.native_id or "") for j in jobs if j.native_id}, key=int)
@@ -932,6 +949,8 @@ class SlurmExecutor(Executor):
             raise ConnectorError("squeue failed: " + " ".join(sections.get("squeue", []))[:500])
         sq = self._squeue_rows("\n".join(sections.get("squeue", []))) if status.get("squeue") == 0 else {}
         now = time.time()
+        if rows is not None:
+            rows = _with_live_reasons(rows, sq)  # slurmdbd's pending reasons go stale (see _live_pending)
         for job in rest:
             nid = job.native_id or ""
             row = rows.get(nid) if rows is not None else None
@@ -1114,6 +1133,21 @@ class SlurmExecutor(Executor):
 
     def __repr__(self) -> str:
         return f"<SlurmExecutor connector={self.connector_name} cluster={self.cluster}>"
+
+
+def _is_pending(row: Row) -> bool:
+    """Whether a row says the job waits in the queue (PENDING and its aliases)."""
+    return map_state(row.state).state == "PENDING"
+
+
+def _with_live_reasons(rows: Mapping[str, Row], live: Mapping[str, Row]) -> dict[str, Row]:
+    """``rows`` where a job pending in both keeps its state but takes the reason of ``live``."""
+    out = dict(rows)
+    for jid, row in rows.items():
+        now = live.get(jid)
+        if now is not None and _is_pending(row) and _is_pending(now) and now.reason != row.reason:
+            out[jid] = attrs.evolve(row, reason=now.reason)
+    return out
 
 
 async def _apply(job: Job, update: StateUpdate) -> bool:
