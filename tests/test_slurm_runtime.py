@@ -130,6 +130,27 @@ def test_dependency_failing_later_is_unrunnable(cluster: dict[str, str], tmp_pat
     assert "DependencyNeverSatisfied" in (job.reason or "")
 
 
+def test_pending_jobs_one_query_per_cycle(cluster: dict[str, str], tmp_path: Path) -> None:
+    """Held (pending) jobs: sacct alone in every cycle while they have pended for less than
+    FATAL_CONFIRM / 2 (30 s); squeue's live reasons are read only for long-pending jobs."""
+    from launchers.jobs.loop import run_sync
+
+    L = make_launcher().config(sbatch_options={"hold": True})
+    with pytest.raises(ExperimentFailed), experiment(tmp_path, L) as xp:
+        jobs = [command(["true", str(i)]).submit() for i in range(5)]
+        deadline = time.monotonic() + 30
+        while any(j.state is not JobState.PENDING for j in jobs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ex = L.executor()
+        assert isinstance(ex, sx.SlurmExecutor)
+        before = dict(ex.commands)
+        for _ in range(3):
+            run_sync(ex.poll(jobs))
+        assert ex.commands.get("sacct", 0) - before.get("sacct", 0) >= 3  # the tracker may poll too
+        assert ex.commands.get("squeue", 0) == before.get("squeue", 0)
+        xp.cancel()
+
+
 def test_submit_limit_waits_then_submits(cluster: dict[str, str], tmp_path: Path) -> None:
     """A QoS allowing 2 submitted jobs per user: the others wait (WAITING), then go in."""
     qos = "lnch_submit2"

@@ -182,6 +182,9 @@ class SlurmExecutor(Executor):
         #: Slurm commands run, by name (benchmarks and tests read it).
         self.commands: dict[str, int] = {}
         self._collect = threading.local()
+        #: squeue's rows of pending jobs, and when they were read (see ``_live_pending``)
+        self._live_rows: dict[str, Row] = {}
+        self._live_at = float("-inf")
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -675,11 +678,10 @@ class SlurmExecutor(Executor):
                 rest.append(job)
         if rest:
             rows, source = await self._query(rest)
-            live: dict[str, Row] | None = None
+            live: dict[str, Row] | None = None  # read in this cycle
             if source == "sacct":
                 live = await self._live_pending(rest, rows)
-                if live is not None:
-                    rows = _with_live_reasons(rows, live)
+                rows = _with_live_reasons(rows, self._live_rows)
             now = time.time()
             missing: list[Job] = []
             for job in rest:
@@ -722,16 +724,33 @@ class SlurmExecutor(Executor):
         return await self._squeue(jobs), "squeue"
 
     async def _live_pending(self, jobs: Sequence[Job], rows: Mapping[str, Row]) -> dict[str, Row] | None:
-        """squeue's rows when sacct lists a pending job, else None (no query): slurmdbd keeps the
-        reason a job had when it was first recorded, so a dependency that fails later stays
-        ``Dependency`` there and a fatal pending reason is only seen in slurmctld's."""
-        if not any((r := rows.get(j.native_id or "")) is not None and _is_pending(r) for j in jobs):
+        """squeue's rows, read when sacct lists a job pending for ``FATAL_CONFIRM / 2`` or more
+        and the last reading is that old (None otherwise: the cycle keeps its one query).
+
+        slurmdbd keeps the reason a job had when it was first recorded, so a dependency that fails
+        later stays ``Dependency`` there and a fatal pending reason is only seen in slurmctld's.
+        The reasons read stand in for sacct's until the next reading, so a fatal reason is seen
+        twice ``FATAL_CONFIRM`` apart; only long-pending jobs can have one worth confirming."""
+        half = FATAL_CONFIRM / 2
+        now = time.monotonic()
+        if now - self._live_at < half:
+            return None
+        wall = time.time()
+        if not any(
+            (r := rows.get(j.native_id or "")) is not None
+            and _is_pending(r)
+            and wall - (_parse_time(j.record.submitted_at) or wall) >= half
+            for j in jobs
+        ):
             return None
         try:
-            return await self._squeue(jobs)
+            live = await self._squeue(jobs)
         except ConnectorError as e:  # sacct's rows still tell the states
             log.info("squeue for pending reasons failed (%s); using sacct's", e)
             return None
+        self._live_at = now
+        self._live_rows = {jid: row for jid, row in live.items() if _is_pending(row)}
+        return live
 
     async def _sacct(self, jobs: Sequence[Job]) -> dict[str, Row]:
         ids = sorted({P.master_id(j.native_id or "") for j in jobs if j.native_id}, key=int)
