@@ -41,7 +41,7 @@ from .script import (
     job_name,
     render_array_script,
     render_script,
-    submission_environ,
+    submission_variable,
 )
 from .states import SlurmStatus, UnknownStateWarner, cancel_reason, is_fatal_reason, map_state
 
@@ -336,7 +336,7 @@ class SlurmExecutor(Executor):
         the environment given to the child, not an ``env -u`` program, one exec less per job)."""
         if not self.is_local:
             return frozenset()
-        return frozenset(set(os.environ) - set(submission_environ(os.environ)))
+        return frozenset(k for k in os.environ if not submission_variable(k))
 
     # -- submission (§4) ------------------------------------------------------------------------
 

@@ -85,11 +85,12 @@ def split_arg(arg: str) -> tuple[str, str | bool]:
 def submission_environ(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment to run sbatch with: ``SBATCH_*``, ``SALLOC_*``, ``SRUN_*`` and
     ``SLURM_*`` (except ``SLURM_CONF``) removed, since sbatch reads them as options."""
-    return {
-        k: v
-        for k, v in environ.items()
-        if not (k.startswith(_STRIPPED_PREFIXES) or (k.startswith("SLURM_") and k != "SLURM_CONF"))
-    }
+    return {k: v for k, v in environ.items() if submission_variable(k)}
+
+
+def submission_variable(name: str) -> bool:
+    """Whether sbatch may see ``name`` in its environment (see ``submission_environ``)."""
+    return not (name.startswith(_STRIPPED_PREFIXES) or (name.startswith("SLURM_") and name != "SLURM_CONF"))
 
 
 def normalize_export(export: str) -> str:
@@ -499,4 +500,5 @@ __all__ = [
     "signal_name",
     "split_arg",
     "submission_environ",
+    "submission_variable",
 ]
