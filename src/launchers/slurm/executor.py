@@ -477,12 +477,16 @@ class SlurmExecutor(Executor):
             return
         await self.submit(job)
 
-    async def find_by_name(self, name: str, since: float | None = None, workdir: str | None = None) -> list[str]:
+    async def find_by_name(self, name: str, since: float | None = None) -> list[str]:
         """Ids (array master ids for arrays) of this user's jobs named ``name`` (squeue, and
         sacct over 7 days if available), oldest first. ``since`` (epoch) drops jobs submitted before it (minus clock skew): the
-        same task in another experiment directory has the same name, but an earlier job.
-        ``workdir`` drops jobs whose working directory Slurm reports as another one: the same
-        task submitted at the same time from another experiment directory."""
+        same task in another experiment directory has the same name, but an earlier job."""
+        ids, _ = await self._named(name, since, None)
+        return ids
+
+    async def _named(self, name: str, since: float | None, workdir: str | None) -> tuple[list[str], set[str]]:
+        """``find_by_name``, and which of the ids Slurm says run in another directory than
+        ``workdir``: the same task submitted at the same time from another experiment."""
         user, _ = await self.user()
         found: dict[str, float | None] = {}
         others: set[str] = set()
@@ -522,7 +526,7 @@ class SlurmExecutor(Executor):
             raise ConnectorError(f"squeue failed: {res.stderr.strip()}")
         if since is not None:
             found = {j: t for j, t in found.items() if t is None or t >= since - CLOCK_SKEW}
-        return sorted((j for j in found if j not in others), key=int)
+        return sorted(found, key=int), others & set(found)
 
     @staticmethod
     def _submitting_since(job: Job) -> float | None:
@@ -539,10 +543,13 @@ class SlurmExecutor(Executor):
         return job.task.cwd or self._job_dir(job)
 
     async def _adopt_by_name(self, job: Job, name: str) -> bool:
-        ids = await self.find_by_name(name, since=self._submitting_since(job), workdir=self._workdir(job))
+        ids, foreign = await self._named(name, self._submitting_since(job), self._workdir(job))
         if not ids:
             return False
-        keep, extra = ids[0], ids[1:]
+        # Jobs of this directory first, and only they are duplicates to cancel; when none is
+        # (a job submitted by other means, without --chdir), the oldest of all, as before.
+        mine = [i for i in ids if i not in foreign] or ids
+        keep, extra = mine[0], mine[1:]
         if extra:
             log.warning("%s: several Slurm jobs named %s (%s); keeping %s and cancelling the others",
                         job.task_id, name, ", ".join(ids), keep)  # fmt: skip
