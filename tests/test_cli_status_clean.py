@@ -106,7 +106,20 @@ def test_status_refresh_then_clean_at_the_unicore_site(unicore_server: UnicoreSe
     # the record remembers it; a second clean sends nothing
     rec = read_record(job_dir)
     assert rec is not None and rec.state is JobState.CANCELLED and rec.extra.get("unicore_destroyed")
+    _no_tracking()  # a poll of this process's tracker that was under way may still land
     n = len(server.requests)
     assert main(["clean", str(job_dir)]) == 0
     assert "already removed" in capsys.readouterr().out
     assert len(server.requests) == n
+
+
+def _no_tracking(timeout: float = 10.0) -> None:
+    """Wait until no tracker of this process follows a job any more (their loops have ended)."""
+    from launchers.jobs import executor as jobs_executor
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        trackers = [ex._tracker for ex in list(jobs_executor._executors.values()) if ex._tracker is not None]
+        if all(t._task is None or t._task.done() for t in trackers):
+            return
+        time.sleep(0.05)
