@@ -552,7 +552,7 @@ class SlurmExecutor(Executor):
         keep, extra = mine[0], mine[1:]
         if extra:
             log.warning("%s: several Slurm jobs named %s (%s); keeping %s and cancelling the others",
-                        job.task_id, name, ", ".join(ids), keep)  # fmt: skip
+                        job.task_id, name, ", ".join(mine), keep)  # fmt: skip
             await self._run(["scancel", *self._cluster_args(), *extra])
         await self._accepted(job, keep, None)
         return True
