@@ -259,14 +259,15 @@ def _atom_names() -> tuple[str, ...]:
 # checks the two agree on random texts).
 
 _NUM = r"[0-9]+(?:\.[0-9]+)?"
+_ARG = rf"(mem|cores)\s*=\s*({_NUM})\s*([A-Za-z_]+)?"
 _FAST_ATOM = re.compile(
     rf"""\s*(?:
         duration\s*=\s*({_NUM}\s*[A-Za-z_]+(?:\s*{_NUM}\s*[A-Za-z_]+)*)  # duration
-      | (cuda|cpu)\s*\(([^()]*)\)(?:\s*\*\s*([0-9]+))?  # call, arguments, count
+      | (cuda|cpu)\s*\(\s*(?:{_ARG}\s*(?:,\s*{_ARG}\s*)?)?\)  # call with at most two arguments
+        (?:\s*\*\s*([0-9]+))?  # count
     )\s*([&|]|\Z)  # separator""",
     re.X,
 )
-_FAST_ARG = re.compile(rf"\s*(mem|cores)\s*=\s*({_NUM})\s*([A-Za-z_]+)?\s*\Z")
 _FAST_PART = re.compile(rf"({_NUM})\s*([A-Za-z_]+)")
 
 
@@ -274,29 +275,17 @@ def _amount(number: str, factor: int) -> int | Fraction:
     return Fraction(number) * factor if "." in number else int(number) * factor
 
 
-def _fast_args(fn: str, args: str) -> tuple[int, int] | None:
-    """(memory, cores) from the text between the parentheses; None if not clean."""
-    memory = 0
-    cores = 1
-    seen = ""
-    for arg in args.split(","):
-        a = _FAST_ARG.match(arg)
-        if a is None:
+def _fast_value(fn: str, key: str, number: str, unit: str | None) -> int | None:
+    """Bytes of ``mem=``, or the count of ``cores=``; None if not clean (let the LALR parser say)."""
+    if key == "mem":
+        factor = SIZE_UNITS.get(unit.lower()) if unit else None
+        if factor is None:
             return None
-        key, number, unit = a.groups()
-        if key in seen:
-            return None
-        seen += key
-        if key == "mem":
-            factor = SIZE_UNITS.get(unit.lower()) if unit else None
-            if factor is None:
-                return None
-            memory = math.ceil(_amount(number, factor))
-        elif fn == "cuda" or unit or "." in number or int(number) < 1:
-            return None
-        else:
-            cores = int(number)
-    return memory, cores
+        return int(number) * factor if "." not in number else math.ceil(Fraction(number) * factor)
+    if fn == "cuda" or unit or "." in number:
+        return None
+    n = int(number)
+    return n if n >= 1 else None
 
 
 def _fast_parse(text: str) -> RequirementUnion | None:
@@ -312,7 +301,7 @@ def _fast_parse(text: str) -> RequirementUnion | None:
         m = match(text, pos)
         if m is None:
             return None
-        dur, fn, args, n, sep = m.groups()
+        dur, fn, k1, n1, u1, k2, n2, u2, n, sep = m.groups()
         if dur is not None:
             total: int | Fraction = 0
             previous = 0
@@ -327,11 +316,22 @@ def _fast_parse(text: str) -> RequirementUnion | None:
                 duration = seconds
         else:
             mem, ncores = 0, 1
-            if args and not args.isspace():
-                parsed = _fast_args(fn, args)
-                if parsed is None:
+            if k1 is not None:
+                value = _fast_value(fn, k1, n1, u1)
+                if value is None:
                     return None
-                mem, ncores = parsed
+                if k1 == "mem":
+                    mem = value
+                else:
+                    ncores = value
+                if k2 is not None:
+                    value = _fast_value(fn, k2, n2, u2)
+                    if value is None or k2 == k1:
+                        return None
+                    if k2 == "mem":
+                        mem = value
+                    else:
+                        ncores = value
             if fn == "cuda":
                 if n is None:
                     gpus.append(GPURequest(mem))
