@@ -253,6 +253,42 @@ def test_reconcile_after_a_crash_adopts_the_named_job(firecrest_server: Firecres
     assert len(server.jobs) == 1
 
 
+def test_two_workdirs_never_share_a_run_directory_or_a_job(firecrest_server: FirecrestServer,
+                                                            tmp_path: Path) -> None:
+    """The same task from two experiment directories runs in two run directories, and a crash
+    recovery in one adopts its own job, not the other's older job of the same name."""
+    from launchers import command, experiment
+    from launchers.config.model import FirecrestGroup, FirecrestSite, Position
+    from launchers.jobs import job as job_module
+    from launchers.jobs.record import read_record, write_record
+    from launchers.jobs.state import JobState
+    from launchers.remote.firecrest import FirecrestLauncher
+
+    server = firecrest_server
+    site = FirecrestSite(api_url=server.api_url, token_url=server.token_url, machine=server.machine)
+    launcher = FirecrestLauncher(group=FirecrestGroup(id="fc", site=site, position=Position("launchers.yaml", 1)),
+                                 options={"partition": "debug"})
+    task = command(["bash", "-c", 'echo "ran in $PWD"'])
+    with experiment(tmp_path / "a", launcher):
+        a = task.submit()
+    with experiment(tmp_path / "b", launcher):
+        b = task.submit()
+    assert a.state is JobState.COMPLETED and b.state is JobState.COMPLETED
+    assert a.record.job_name == b.record.job_name  # NAME-DIGEST12-aN: the same task and attempt
+    run_a, run_b = a.record.extra["run_dir"], b.record.extra["run_dir"]
+    assert run_a != run_b and run_a.startswith(run_b.rsplit("-", 1)[0])
+    assert a.stdout_path.read_text().strip().endswith(f"ran in {run_a}")
+    assert b.stdout_path.read_text().strip().endswith(f"ran in {run_b}")
+    record = read_record(b.directory)
+    assert record is not None
+    write_record(b.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None))
+    job_module._jobs.pop(b.directory, None)
+    with experiment(tmp_path / "b", launcher):
+        again = task.submit()
+    assert again.native_id == b.native_id != a.native_id
+    assert len(server.jobs) == 2
+
+
 def test_unset_credentials_fail_before_anything_is_recorded(firecrest_server: FirecrestServer, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch,
                                                             capfdbinary: pytest.CaptureFixture[bytes]) -> None:

@@ -266,3 +266,34 @@ def test_values_arrive_unchanged(values: list[str], literal: list[str]) -> None:
         assert proc.returncode == 0, proc.stderr
         got = (Path(d) / "values").read_bytes().decode().split("\0")[:-1]
     assert got == [*values, *literal]
+
+
+def test_run_ids_and_names_keep_their_place_and_suffix(tmp_path: Path) -> None:
+    """A run id names the job directory's place; a site name of 64 characters keeps ``-aN``."""
+    from launchers.remote.http import oldest_in
+    from launchers.remote.script import place_digest, run_id_for
+
+    a, b = tmp_path / "a" / "jobs" / "t" / "d", tmp_path / "b" / "jobs" / "t" / "d"
+    assert run_id_for("t-d", a) == run_id_for("t-d", str(a)) != run_id_for("t-d", b)
+    assert run_id_for("t-d", a) == f"t-d-{place_digest(a)}" and len(place_digest(a)) == 8
+    rows = [{"jobId": "12", "name": "n", "workingDirectory": "/s/a"},
+            {"jobId": "9", "name": "n", "workingDirectory": "/s/b/"},
+            {"jobId": "3", "name": "other", "workingDirectory": "/s/b"}]
+    assert oldest_in(rows, "n", "/s/a", id_key="jobId", dir_key="workingDirectory") == "12"
+    assert oldest_in(rows, "n", "/s/b", id_key="jobId", dir_key="workingDirectory") == "9"
+    assert oldest_in(rows, "n", "/s/c", id_key="jobId", dir_key="workingDirectory") is None
+    assert oldest_in(rows, "n", None, id_key="jobId", dir_key="workingDirectory") == "9"
+    bare = [{"jobid": "12", "name": "n"}, {"jobid": "9", "name": "n"}]  # v1: no working directory
+    assert oldest_in(bare, "n", "/s/c", id_key="jobid", dir_key="workingDirectory") == "9"
+
+
+def test_long_task_names_keep_the_attempt_suffix(tmp_path: Path) -> None:
+    from launchers.remote.http import remote_job_name
+
+    class FakeJob:
+        name = "x" * 80
+        directory = tmp_path / "0123456789abcdef"
+        attempt = 3
+
+    name = remote_job_name(FakeJob())  # type: ignore[arg-type]
+    assert len(name) == 64 and name.endswith("-0123456789ab-a3")

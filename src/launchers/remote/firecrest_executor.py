@@ -35,6 +35,7 @@ from .http import (
     attached_payload,
     check_task,
     is_transient,
+    oldest_in,
     redact,
     require_env,
     status_of,
@@ -348,7 +349,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         try:
             return self._submit_script(run_dir, script)
         except LaunchersError as e:
-            found = self._find_by_name(name)
+            found = self._find_by_name(name, run_dir)
             if found is None:
                 raise SubmissionError(str(e)) from None
             log.warning("firecREST submit answered %s, but job %s named %s exists: adopted", e, found, name)
@@ -358,11 +359,12 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         """A job found SUBMITTING after a crash: adopt the job of its name, else submit. A failed
         lookup is retried, never taken for "not there": that would submit the job twice."""
         name = job.record.job_name
+        run_dir = job.record.extra.get("run_dir")
         found = None
         delay, deadline = RECONCILE_FIRST_RETRY, time.monotonic() + RECONCILE_PATIENCE
         while name:
             try:
-                found = await asyncio.to_thread(self._lookup_by_name, name)
+                found = await asyncio.to_thread(self._lookup_by_name, name, run_dir)
                 break
             except LaunchersError as e:
                 if time.monotonic() + delay > deadline:
@@ -379,7 +381,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
             for _ in range(RECONCILE_NAME_LAG_TRIES):
                 await asyncio.sleep(RECONCILE_FIRST_RETRY)
                 try:
-                    found = await asyncio.to_thread(self._lookup_by_name, name)
+                    found = await asyncio.to_thread(self._lookup_by_name, name, run_dir)
                 except LaunchersError:
                     continue
                 if found is not None:
@@ -407,16 +409,17 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                 continue
         return False
 
-    def _lookup_by_name(self, name: str) -> str | None:
-        """The oldest job of that name, or None; raises LaunchersError when the site cannot say."""
+    def _lookup_by_name(self, name: str, run_dir: str | None = None) -> str | None:
+        """The oldest job of that name (in ``run_dir`` when the site tells each job's working
+        directory: another experiment's job of the same task is not ours), or None; raises
+        LaunchersError when the site cannot say."""
         jobs = self._call("firecREST jobs", lambda c: c.job_info(self.site.machine, name=name), tries=3)
-        ids = [str(j.get("jobId")) for j in jobs if j.get("name") == name]
-        return min(ids, key=int) if ids else None
+        return oldest_in(jobs, name, run_dir, id_key="jobId", dir_key="workingDirectory")
 
-    def _find_by_name(self, name: str) -> str | None:
+    def _find_by_name(self, name: str, run_dir: str | None = None) -> str | None:
         """Like ``_lookup_by_name``, None when the lookup fails (only to adopt after an error)."""
         try:
-            return self._lookup_by_name(name)
+            return self._lookup_by_name(name, run_dir)
         except LaunchersError:
             return None
 

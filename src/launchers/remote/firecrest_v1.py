@@ -25,7 +25,7 @@ from .firecrest_executor import (
     FirecrestExecutor,
     firecrest_transient,
 )
-from .http import status_of, with_retries
+from .http import oldest_in, status_of, with_retries
 
 if TYPE_CHECKING:
     from ..jobs.job import Job
@@ -85,10 +85,10 @@ class FirecrestV1Executor(FirecrestExecutor):
         rows = self._call("firecREST acct", lambda c: c.poll(machine, list(ids) if ids else None), tries=3)
         return [r for r in rows if isinstance(r, Mapping)]
 
-    def _lookup_by_name(self, name: str) -> str | None:
-        """The oldest job of that name, or None; raises LaunchersError when the site cannot say."""
-        ids = [str(r.get("jobid")) for r in self._acct(None) if r.get("name") == name]
-        return min(ids, key=int) if ids else None
+    def _lookup_by_name(self, name: str, run_dir: str | None = None) -> str | None:
+        """The oldest job of that name (v1's rows tell no working directory), or None; raises
+        LaunchersError when the site cannot say."""
+        return oldest_in(self._acct(None), name, run_dir, id_key="jobid", dir_key="workingDirectory")
 
     async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
         ids = [str(j.native_id) for j in jobs if j.native_id]

@@ -63,11 +63,30 @@ def attached_payload(directory: Path) -> RemotePayload | None:
 
 
 def remote_job_name(job: Job) -> str:
-    """``NAME-DIGEST12-aN``: unique per task and attempt, as for Slurm jobs."""
+    """``NAME-DIGEST12-aN``: unique per task and attempt, as for Slurm jobs; a long name is
+    shortened, never the suffix (a site allows 64 characters)."""
     from .script import job_name
 
-    digest = job.directory.name
-    return job_name(f"{job.name}-{digest[:12]}-a{job.attempt}")
+    suffix = f"-{job.directory.name[:12]}-a{job.attempt}"
+    return job_name(job.name, 64 - len(suffix)) + job_name(suffix)
+
+
+def oldest_in(
+    rows: Sequence[Mapping[str, Any]], name: str, run_dir: str | None, *, id_key: str, dir_key: str
+) -> str | None:
+    """The oldest job id among site rows named ``name``. Rows that tell a working directory
+    count only in ``run_dir`` (the same task of another experiment directory is not ours); rows
+    that tell none count by name alone."""
+    want = run_dir.rstrip("/") if run_dir else None
+    ids = []
+    for row in rows:
+        if row.get("name") != name:
+            continue
+        where = row.get(dir_key)
+        if want and isinstance(where, str) and where and where.rstrip("/") != want:
+            continue
+        ids.append(str(row.get(id_key)))
+    return min(ids, key=lambda i: (len(i), i)) if ids else None
 
 
 def check_task(task: Any, kind: str) -> None:
@@ -85,7 +104,13 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
     from ..slurm.script import sh_quote
     from .environment import Environment, validate_environment
     from .resources import resources_from_options
-    from .script import JobScriptSpec, finder_pairs, render_job_script, unicore_description
+    from .script import (
+        JobScriptSpec,
+        finder_pairs,
+        render_job_script,
+        run_id_for,
+        unicore_description,
+    )
 
     task = job.task
     launcher: Any = job.launcher
@@ -104,6 +129,7 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
     options = getattr(launcher, "options", None)
     account = getattr(options, "account", None) or getattr(site, "account", None)
     name = remote_job_name(job)
+    run_id = run_id_for(job.task_id, job.directory)
     resources = resources_from_options(options)
     sbatch: tuple[tuple[str, str | bool], ...] = ()
     if kind == "firecrest":
@@ -112,7 +138,7 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
     def script(run_dir: str | None) -> str:
         return render_job_script(JobScriptSpec(
             environment=env, command=command, transport=kind, run_dir=run_dir, job_name=name,
-            sbatch=sbatch, exports=exports, cpus_per_node=resources.cpus_per_node, run_id=job.task_id,
+            sbatch=sbatch, exports=exports, cpus_per_node=resources.cpus_per_node, run_id=run_id,
         ))
 
     description = None
@@ -121,7 +147,7 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
             name=name, resources=resources, environment=env, account=account, task_id=job.task_id,
             gpu_resource_name=getattr(site, "gpu_resource_name", "GPUsPerNode"),
         )
-    return RemotePayload(uploads=(), script=script, run_id=job.task_id, job_name=name, description=description)
+    return RemotePayload(uploads=(), script=script, run_id=run_id, job_name=name, description=description)
 
 
 # -- credentials ------------------------------------------------------------------------------
@@ -245,6 +271,7 @@ __all__ = [
     "check_task",
     "env_value",
     "is_transient",
+    "oldest_in",
     "redact",
     "remote_job_name",
     "require_env",

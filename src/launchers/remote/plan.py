@@ -34,6 +34,7 @@ from .script import (
     finder_pairs,
     job_name,
     render_job_script,
+    run_id_for,
     sbatch_pairs,
     unicore_description,
 )
@@ -79,8 +80,9 @@ class RunPlan:
 
     @property
     def run_id(self) -> str:
-        """``NAME-DIGEST``: the task id, also the run directory's name on the site."""
-        return self.task.task_id
+        """``NAME-DIGEST-PLACE``: the task id and the place of its job directory, the run
+        directory's name on a firecREST site (two workdirs never share one)."""
+        return run_id_for(self.task.task_id, self.job_dir.absolute())
 
     @property
     def job_dir(self) -> Path:
@@ -125,7 +127,7 @@ class RunPlan:
             resources=self.resources or Resources(),
             environment=self.environment,
             account=self.account,
-            task_id=self.run_id,
+            task_id=self.task.task_id,
             gpu_resource_name=gpu_name,
         )
 

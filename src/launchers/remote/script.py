@@ -7,6 +7,8 @@ environment only if the previous one succeeded, names a failing step in ``job.er
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +34,18 @@ def quote_variable(value: str) -> str:
         raise ScriptError("a variable value contains a NUL character")
     text = value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`").replace("$(", "\\$(")
     return f'"{text}"'
+
+
+def place_digest(job_dir: str | os.PathLike[str], length: int = 8) -> str:
+    """Hex digits of the absolute job directory: the same task submitted from two experiment
+    directories gets two run directories and two job names at a site, never one."""
+    where = os.path.abspath(os.fspath(job_dir))
+    return hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:length]
+
+
+def run_id_for(task_id: str, job_dir: str | os.PathLike[str]) -> str:
+    """``NAME-DIGEST-PLACE``: a remote run's id, the name of its run directory on a firecREST site."""
+    return f"{task_id}-{place_digest(job_dir)}"
 
 
 def job_name(text: str, limit: int = 64) -> str:

@@ -243,9 +243,9 @@ class UnicoreExecutor(RemoteOutputs, Executor):
         return str(ujob.resource_url)
 
     async def reconcile(self, job: Job) -> None:
-        """A job found SUBMITTING after a crash: adopt the started UNICORE job tagged with its run
+        """A job found SUBMITTING after a crash: adopt the started UNICORE job tagged with its task
         id (destroying ones left READY, whose uploads may be incomplete), else submit."""
-        run_id = str(job.record.extra.get("run_id") or job.task_id)
+        run_id = job.task_id
         found = await asyncio.to_thread(self._find_tagged, run_id)
         if found is None:
             await self.submit(job)
