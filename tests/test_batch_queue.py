@@ -175,6 +175,29 @@ def test_sigkill_mid_task_gives_attempt_two(tmp_path: Path) -> None:
     assert not marker.exists()  # the orphan died with its runner (PR_SET_PDEATHSIG)
 
 
+def test_sigkill_of_the_runner_kills_what_the_task_started(tmp_path: Path) -> None:
+    """The parent-death signal reaches the task's first process only; the runner's guard kills
+    the task's whole process group, grandchildren included (batching.md §3.4: a task never
+    outlives a killed runner, even where Slurm does not track processes by cgroup)."""
+    queue = Q.ensure_queue(tmp_path / "q")
+    pidfile = tmp_path / "grandchild.pid"
+    Q.publish(queue, entry(tmp_path, "g", ["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"]))
+    runner = start_runner(queue, "--linger", "30", "--runner-id", "A")
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() != "")
+    grandchild = int(pidfile.read_text())
+    runner.kill()
+    runner.wait()
+
+    def gone() -> bool:
+        try:
+            with open(f"/proc/{grandchild}/stat") as f:
+                return f.read().split(") ")[-1].split()[0] == "Z"  # a zombie is dead
+        except FileNotFoundError:
+            return True
+
+    wait_for(gone, timeout=10)
+
+
 def test_stale_heartbeat_is_recovered_by_next_runner(tmp_path: Path) -> None:
     queue = Q.ensure_queue(tmp_path / "q")
     Q.publish(queue, entry(tmp_path, "s2", ["sh", "-c", "[ $LAUNCHERS_ATTEMPT != 1 ] || exec sleep 30"], seq=1))

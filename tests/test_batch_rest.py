@@ -102,11 +102,13 @@ def rest_queue(ex: BatchExecutor, tmp_path: Path) -> RestQueue:
     return remote
 
 
-def test_one_pilot_runs_many_tasks(site: tuple[str, Any, Any, Path], tmp_path: Path) -> None:
+def test_one_pilot_runs_many_tasks(site: tuple[str, Any, Any, Path], tmp_path: Path,
+                                   leaves_nothing: Leftovers) -> None:
     _kind, _server, inner, root = site
     batch = inner.batched(slots=1, linger=3, walltime="10m", drain_margin="1m")
     ex = batch.executor()
     assert isinstance(ex, BatchExecutor)
+    leaves_nothing.watch(ex)
     before = ex.pilots_submitted
     t0 = time.monotonic()
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "exp", batch):
@@ -186,7 +188,8 @@ def test_truncated_entry_is_skipped_then_run_once_complete(site: tuple[str, Any,
     assert json.loads((queue / "done" / "bogus.json").read_text())["state"] == "COMPLETED"
 
 
-def test_killed_pilot_task_finished_by_a_second_pilot(site: tuple[str, Any, Any, Path], tmp_path: Path) -> None:
+def test_killed_pilot_task_finished_by_a_second_pilot(site: tuple[str, Any, Any, Path], tmp_path: Path,
+                                                      leaves_nothing: Leftovers) -> None:
     """A pilot killed with SIGKILL leaves its claim in running/: UNICORE re-queues it with the
     storage's rename action once the pilot is final; firecREST (no cheap rename) starts the next
     pilot with ``--lost-runner``, whose runner re-queues it at start-up. Attempt 2 completes."""
@@ -194,6 +197,7 @@ def test_killed_pilot_task_finished_by_a_second_pilot(site: tuple[str, Any, Any,
     batch = inner.batched(slots=1, linger=2, walltime="10m", drain_margin="1m")
     ex = batch.executor()
     assert isinstance(ex, BatchExecutor)
+    leaves_nothing.watch(ex)
     before = ex.pilots_submitted
     with experiment(tmp_path / "exp", batch):
         job = command(["sh", "-c", 'if [ "$LAUNCHERS_ATTEMPT" = 1 ]; then sleep 120; fi; echo ok'],

@@ -272,6 +272,81 @@ def gpu_devices(environ: Any) -> list[str]:
     return [d for d in text.split(",") if d != ""]
 
 
+class GroupGuard:
+    """A forked child that SIGKILLs the process groups of the tasks still running when the
+    runner dies, even by SIGKILL (its pipe then reads end of file): the parent-death signal
+    reaches only a task's first process, not what that process started."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.pid = 0
+        try:
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+        except OSError:
+            return  # no guard: the parent-death signal alone
+        if pid == 0:  # the guard
+            code = 0
+            try:
+                os.close(write_end)
+                guard_groups(read_end)
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(read_end)
+        self.fd, self.pid = write_end, pid
+
+    def add(self, pgid: int) -> None:
+        self._send("+%d\n" % pgid)
+
+    def remove(self, pgid: int) -> None:
+        self._send("-%d\n" % pgid)
+
+    def _send(self, text: str) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.write(self.fd, text.encode())
+        except OSError:
+            self.fd = None
+
+    def close(self) -> None:
+        """The runner ends normally: the guard reads end of file, finds no group left, exits."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.pid:
+            try:
+                os.waitpid(self.pid, 0)
+            except OSError:
+                pass
+            self.pid = 0
+
+
+def guard_groups(fd: int) -> None:
+    """The guard's loop: ``+PGID`` / ``-PGID`` lines; at end of file, SIGKILL the groups left.
+    Termination signals are ignored, so the guard outlives the runner it watches."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)
+    groups: set[int] = set()
+    with os.fdopen(fd, "rb") as pipe:
+        for line in pipe:
+            try:
+                pgid = int(line[1:])
+            except ValueError:
+                continue
+            if line[:1] == b"+":
+                groups.add(pgid)
+            else:
+                groups.discard(pgid)
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 class Running:
     """A task started by this runner."""
 
@@ -317,6 +392,7 @@ class Runner:
         self.last_pending_scan = 0.0
         self.idle_since: float | None = None
         self.tasks_run = 0
+        self.guard: GroupGuard | None = None
 
     # -- bookkeeping -------------------------------------------------------------------------
 
@@ -442,6 +518,8 @@ class Runner:
             return
         limit = entry.get("timeout") or entry.get("duration")
         deadline = time.monotonic() + float(limit) if limit else None
+        if self.guard is not None:
+            self.guard.add(popen.pid)
         self.running[task_id] = Running(entry, popen, slot, start, deadline)
         self.tasks_run += 1
 
@@ -450,6 +528,11 @@ class Runner:
             os.killpg(run.popen.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def forget(self, run: Running) -> None:
+        """The task's group is dead: the guard no longer watches it (its id may be reused)."""
+        if self.guard is not None:
+            self.guard.remove(run.popen.pid)
 
     def stop_task(self, run: Running, final: str) -> None:
         if run.final is None:
@@ -495,6 +578,7 @@ class Runner:
                 continue
             # make sure nothing of the task's group outlives it
             self.signal_task(run, signal.SIGKILL)
+            self.forget(run)
             del self.running[task_id]
             entry = run.entry
             if not self.still_mine(task_id, entry):
@@ -530,6 +614,7 @@ class Runner:
                 self.log("claim of %s was taken over; killing it" % task_id)
                 self.signal_task(run, signal.SIGKILL)
                 run.popen.wait()
+                self.forget(run)
                 del self.running[task_id]
 
     def shutdown(self) -> None:
@@ -542,6 +627,7 @@ class Runner:
         for task_id, run in self.running.items():
             self.signal_task(run, signal.SIGKILL)
             run.popen.wait()
+            self.forget(run)
             if self.still_mine(task_id, run.entry):
                 requeue(self.queue, task_id, "runner %s lost" % self.runner_id)
         self.running.clear()
@@ -550,6 +636,13 @@ class Runner:
     # -- main loop -----------------------------------------------------------------------------
 
     def run(self) -> int:
+        self.guard = GroupGuard()  # forked first, before any handler or task exists
+        try:
+            return self.serve()
+        finally:
+            self.guard.close()
+
+    def serve(self) -> int:
         for sub in SUBDIRS:
             os.makedirs(os.path.join(self.queue, sub), exist_ok=True)
         signal.signal(signal.SIGUSR1, self.on_usr1)

@@ -97,7 +97,7 @@ class Tracker:
     # -- the loop ------------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        last_full = float("-inf")
+        last_full = last_fast = float("-inf")
         while True:
             for key, job in list(self.jobs.items()):
                 if job.state.is_final and key not in self._cancels:
@@ -113,9 +113,13 @@ class Tracker:
             changed |= self._check_observers()
             tracked = [j for j in self.jobs.values() if j.native_id and not j.observer and not j.state.is_final]
             fast = self.executor.fast_interval
-            if fast is not None and tracked:
-                changed |= await self._apply(self.executor.fast_poll, tracked, quiet=True)
             now = time.monotonic()
+            # at most once per fast interval: a burst of submissions wakes the loop once per job,
+            # and checking every tracked job each time would cost n^2 file checks
+            if fast is not None and tracked and (self._poll_now or now - last_fast >= fast - 0.01):
+                last_fast = now
+                changed |= await self._apply(self.executor.fast_poll, tracked, quiet=True)
+                now = time.monotonic()
             if self._poll_now or now - last_full >= self.interval - 0.01:
                 self._poll_now = False
                 last_full = now  # also without tracked jobs: observers and waiting jobs need no spin
@@ -135,7 +139,7 @@ class Tracker:
             next_full = last_full + self.interval
             delay = max(0.0, next_full - time.monotonic())
             if fast is not None:
-                delay = min(delay, fast)
+                delay = min(delay, max(0.0, last_fast + fast - time.monotonic()) if tracked else fast)
             assert self._wake is not None
             self._wake.clear()
             try:
