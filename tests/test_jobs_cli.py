@@ -102,3 +102,19 @@ def test_cancel_slurm_job_from_the_command_line(here: Path, slurm_cluster: dict[
     squeue = subprocess.run(["squeue", "--noheader", "--states=all", "--format=%i %T", "--jobs", native_id],
                             text=True, capture_output=True, env=dict(os.environ, **slurm_cluster))
     assert "CANCELLED" in squeue.stdout
+
+
+def test_a_job_is_named_by_its_run_id_too(tmp_path: Path) -> None:
+    """``launchers status RUN`` accepts the run id ``launchers run`` prints (NAME-DIGEST-PLACE)."""
+    from launchers.cli.jobs import resolve_job
+    from launchers.errors import LaunchersError
+    from launchers.remote.script import run_id_for
+
+    d = tmp_path / "runs" / "jobs" / "train" / "0123456789abcdef"
+    d.mkdir(parents=True)
+    (d / "state.json").write_text("{}")
+    run_id = run_id_for("train-0123456789abcdef", d)
+    assert resolve_job(run_id, tmp_path / "runs") == d
+    assert resolve_job("train-0123", tmp_path / "runs") == d
+    with pytest.raises(LaunchersError, match="no job"):
+        resolve_job("train-0123456789abcdef-00000000", tmp_path / "runs")

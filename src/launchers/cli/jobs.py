@@ -64,15 +64,22 @@ def job_dirs(workdir: str | os.PathLike[str]) -> list[Path]:
 
 
 def resolve_job(ref: str, workdir: str | os.PathLike[str]) -> Path:
-    """The job directory named by ``ref`` (a path, task id, digest or unique prefix)."""
+    """The job directory named by ``ref`` (a path, task id, digest or unique prefix, or the run
+    id ``NAME-DIGEST-PLACE`` that ``launchers run`` prints)."""
     path = Path(ref).expanduser()
     if (path / "state.json").is_file():
         return path.absolute()
     matches = []
-    for d in job_dirs(workdir):
+    dirs = job_dirs(workdir)
+    for d in dirs:
         task_id = f"{d.parent.name}-{d.name}"
         if task_id.startswith(ref) or d.name.startswith(ref):
             matches.append(d)
+    if not matches:
+        from ..remote.script import run_id_for
+
+        matches = [d for d in dirs if ref.startswith(f"{d.parent.name}-{d.name}-")
+                   and run_id_for(f"{d.parent.name}-{d.name}", d.absolute()) == ref]
     if not matches:
         raise LaunchersError(f"no job {ref!r} under {Path(workdir).expanduser() / 'jobs'}")
     if len(matches) > 1:
