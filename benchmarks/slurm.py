@@ -213,14 +213,21 @@ def wait_latency(workdir: Path) -> dict[str, float]:
 
 RSS = textwrap.dedent(
     """
-    import json, resource, sys, time
+    import json, sys, time
     from pathlib import Path
+
+    def hwm():  # this process's own peak (ru_maxrss keeps the parent's peak across fork and exec)
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+        return 0
+
     from launchers import SlurmLauncher, command, experiment
     from launchers.config.model import SlurmGroup
     from launchers.jobs.record import StateRecord, job_directory, now_iso, write_record
     from launchers.jobs.state import JobState
     n, root = int(sys.argv[1]), Path(sys.argv[2])
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base = hwm()
     L = SlurmLauncher(group=SlurmGroup(id="rss"), options={"partition": "debug"})
     tasks = [command(["rss-bench", str(i)]) for i in range(n)]
     for i, t in enumerate(tasks):   # jobs Slurm accepted (recorded ids), as a re-attaching client sees them
@@ -234,7 +241,7 @@ RSS = textwrap.dedent(
         t0 = time.time()
         while ex.tracker.cycles < 3 and time.time() - t0 < 60:
             time.sleep(0.2)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = hwm()
         print(json.dumps({"peak_rss_mib": peak / 1024, "baseline_rss_mib": base / 1024,
                           "cycles": ex.tracker.cycles, "commands": ex.commands}))
         xp.cancel()
@@ -256,7 +263,8 @@ def main() -> int:
     ap.add_argument("--submitit-jobs", type=int, default=50, help="submitit is slow (0.2 s throttle)")
     ap.add_argument("--track", type=int, default=2000)
     ap.add_argument("--no-submitit", action="store_true")
-    ap.add_argument("--repeat", type=int, default=5, help="alternating rounds of the plain loop and launchers (5)")
+    ap.add_argument("--repeat", type=int, default=11,
+                    help="alternating rounds of the plain loop and launchers (11: one round moves by 2x)")
     ap.add_argument("--json", help="write the numbers to this file")
     ap.add_argument("--settle", type=float, default=330,
                     help="wait at most this long (s) for slurmctld to forget earlier runs' jobs (330)")
@@ -294,7 +302,7 @@ def main() -> int:
         res["rate_vs_plain_per_round"] = [m["rate"] / p for m, p in zip(runs, plain_rates, strict=True)]
         # the same jobs per round on both sides: the ratio of total times is the ratio of rates
         res["aggregate_rate_vs_plain"] = sum(args.jobs / r for r in plain_rates) / sum(m["submit_s"] for m in runs)
-        res["held"] = held_rounds(args.jobs, work, args.repeat)
+        res["held"] = held_rounds(args.jobs, work, min(args.repeat, 5))  # stable: 5 suffice
         res.update({f"launchers_{k}": v for k, v in wait_latency(work).items()})
         if not args.no_submitit:
             st = submitit_loop(args.submitit_jobs, work)
