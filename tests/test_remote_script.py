@@ -297,3 +297,18 @@ def test_long_task_names_keep_the_attempt_suffix(tmp_path: Path) -> None:
 
     name = remote_job_name(FakeJob())  # type: ignore[arg-type]
     assert len(name) == 64 and name.endswith("-0123456789ab-a3")
+
+
+def test_retries_leave_the_global_random_generator_alone() -> None:
+    """Retry jitter draws from the library's own generator: a user's seeded ``random`` (a
+    reproducible experiment) sees the same sequence whether or not launchers retried meanwhile."""
+    import random
+
+    from launchers.remote.http import backoff
+
+    random.seed(1234)
+    expected = [random.random() for _ in range(3)]
+    random.seed(1234)
+    for attempt in range(5):
+        backoff(attempt)
+    assert [random.random() for _ in range(3)] == expected

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from ..jobs.job import Job
 
 log = logging.getLogger("launchers.remote")
+#: retry jitter from a generator of our own: the global one is the user's (seeded runs)
+_JITTER = random.Random()
 T = TypeVar("T")
 
 #: HTTP statuses worth retrying: the request was not processed (rate limit, proxy, overload).
@@ -233,7 +235,7 @@ def is_transient(error: BaseException) -> bool:
 
 def backoff(attempt: int, *, first: float = 0.5, cap: float = 10.0) -> float:
     """Delay before retry ``attempt`` (0-based): ``first`` doubling to ``cap``, ±20 % jitter."""
-    return min(cap, first * (2 ** attempt)) * random.uniform(0.8, 1.2)
+    return min(cap, first * (2 ** attempt)) * _JITTER.uniform(0.8, 1.2)
 
 
 def with_retries(call: Callable[[], T], what: str, *, tries: int = MAX_TRIES,

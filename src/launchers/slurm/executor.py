@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from ..launcher import Launcher
 
 log = logging.getLogger("launchers.slurm")
+#: retry jitter from a generator of our own: the global one is the user's (seeded runs)
+_JITTER = random.Random()
 
 MAX_CONCURRENT_SBATCH = 4
 SBATCH_TIMEOUT = 60.0
@@ -381,7 +383,7 @@ class SlurmExecutor(Executor):
                     log.error("%s: could not stage the job: %s", job.task_id, e)
                     return
                 log.warning("%s: staging failed (%s); retrying in %.0f s", job.task_id, e, delay)
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                await asyncio.sleep(delay * _JITTER.uniform(0.8, 1.2))
                 delay = min(delay * 2, 60.0)
         extra = None if self.is_local else {"remote_dir": directory}
         await _apply(job, StateUpdate(state=JobState.SUBMITTING, detail="sbatch", job_name=spec.job_name, reason="",
@@ -438,7 +440,7 @@ class SlurmExecutor(Executor):
                 job.apply(StateUpdate(state=JobState.FAILED, detail="sbatch", reason=last_error))
                 return
             log.warning("%s: sbatch failed (%s); retrying in %.0f s", job.task_id, message, delay)
-            jittered = delay * random.uniform(0.8, 1.2)
+            jittered = delay * _JITTER.uniform(0.8, 1.2)
             self._backoff_until = max(self._backoff_until, time.monotonic() + jittered)
             await asyncio.sleep(jittered)
             delay *= 2
@@ -1151,7 +1153,7 @@ class SlurmExecutor(Executor):
                 if found:
                     master, cluster = P.master_id(found[0]), None
                     break
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            await asyncio.sleep(delay * _JITTER.uniform(0.8, 1.2))
             delay *= 2
         for i, job in enumerate(jobs):
             await self._accepted(job, f"{master}_{i}", cluster)
