@@ -110,10 +110,13 @@ class Leftovers:
     def __init__(self, root: pathlib.Path) -> None:
         self.root = root
         self.executors: list[Any] = []
+        self.lingering = False
 
-    def watch(self, executor: Any) -> None:
-        """End, after the test, the pilots this ``BatchExecutor`` started for queues under the root."""
+    def watch(self, executor: Any, *, lingering: bool = False) -> None:
+        """End, after the test, the pilots this ``BatchExecutor`` started for queues under the root;
+        ``lingering``: the test leaves them lingering on purpose, so they are cancelled at once."""
         self.executors.append(executor)
+        self.lingering = self.lingering or lingering
 
     def pilots(self) -> list[Any]:
         return [p for ex in self.executors for s in ex.shapes.values()
@@ -152,7 +155,9 @@ def leaves_nothing(tmp_path: pathlib.Path) -> Iterator[Leftovers]:
     the servers a test uses, so that it runs first at teardown, while they still answer."""
     watch = Leftovers(tmp_path)
     yield watch
-    stuck = watch.end_pilots(timeout=60)
+    stuck = watch.end_pilots(timeout=0 if watch.lingering else 60)
+    if watch.lingering:
+        stuck = []
     jobs: list[str] = []
     procs: list[str] = []
     deadline = time.monotonic() + 20  # a pilot that just ended may still be COMPLETING

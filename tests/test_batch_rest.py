@@ -158,11 +158,13 @@ def test_callable_refused(site: tuple[str, Any, Any, Path], tmp_path: Path) -> N
         answer().submit()
 
 
-def test_truncated_entry_is_skipped_then_run_once_complete(site: tuple[str, Any, Any, Path], tmp_path: Path) -> None:
+def test_truncated_entry_is_skipped_then_run_once_complete(site: tuple[str, Any, Any, Path], tmp_path: Path,
+                                                           leaves_nothing: Leftovers) -> None:
     """An entry written in place and not complete yet is never run; the next scan after it is
     complete runs it (the pilot lingers)."""
     _kind, _server, inner, root = site
     batch = inner.batched(slots=2, linger=20, walltime="10m", drain_margin="1m")
+    leaves_nothing.watch(batch.executor(), lingering=True)
     marker = tmp_path / "ran-bogus"
     with experiment(tmp_path / "exp", batch):
         first = command(["echo", "first"], name="first").submit()
