@@ -312,3 +312,24 @@ def test_retries_leave_the_global_random_generator_alone() -> None:
     for attempt in range(5):
         backoff(attempt)
     assert [random.random() for _ in range(3)] == expected
+
+
+def test_unicore_reconcile_leaves_older_runs_of_the_task_alone() -> None:
+    """Crash recovery adopts the oldest started job of the task created since our SUBMITTING
+    record (less the clock slack), destroys the READY ones, and leaves older jobs alone."""
+    from launchers.jobs.record import iso_epoch
+    from launchers.remote.unicore_executor import RECONCILE_CLOCK_SLACK, tagged_choice
+
+    t = iso_epoch("2026-11-26T10:00:00+0100")
+    assert t == iso_epoch("2026-11-26T09:00:00+00:00") == iso_epoch("2026-11-26T10:00:00+01:00")
+    rows = [
+        ("u/old", {"status": "SUCCESSFUL", "submissionTime": "2026-11-20T10:00:00+0100"}),  # another run's
+        ("u/old-ready", {"status": "READY", "submissionTime": "2026-11-20T10:00:01+0100"}),
+        ("u/b", {"status": "QUEUED", "submissionTime": "2026-11-26T10:00:05+0100"}),
+        ("u/a", {"status": "RUNNING", "submissionTime": "2026-11-26T10:00:02+0100"}),
+        ("u/ready", {"status": "READY", "submissionTime": "2026-11-26T10:00:09+0100"}),
+    ]
+    assert t is not None
+    assert tagged_choice(rows, t - RECONCILE_CLOCK_SLACK) == ("u/a", ["u/ready"])
+    assert tagged_choice(rows, None) == ("u/old", ["u/old-ready", "u/ready"])  # no record time: all
+    assert tagged_choice([("u/x", {"status": "QUEUED", "submissionTime": "?"})], t) == ("u/x", [])

@@ -51,6 +51,30 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
+def iso_epoch(text: str | None) -> float | None:
+    """Epoch seconds of an ISO-8601 time: ours, Slurm's local ``2026-01-01T10:00:00``, or
+    UNICORE's ``2021-10-05T11:39:46+0200``; None if it is none of these."""
+    if not text:
+        return None
+    if len(text) > 5 and text[-5] in "+-" and text[-4:].isdigit():
+        text = f"{text[:-2]}:{text[-2:]}"  # +0200 -> +02:00 (fromisoformat before Python 3.11)
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.astimezone()
+    return dt.timestamp()
+
+
+def submitting_since(record: StateRecord) -> float | None:
+    """When the last ``SUBMITTING`` was recorded (epoch), from the record's history."""
+    for when, state, _detail in reversed(record.history):
+        if state == JobState.SUBMITTING.value:
+            return iso_epoch(when)
+    return None
+
+
 @attrs.frozen
 class JobPaths:
     """Paths of the files of one job directory."""

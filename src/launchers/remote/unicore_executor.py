@@ -21,7 +21,7 @@ from ..config.model import UnicoreSite
 from ..errors import AuthenticationError, LaunchersError, SubmissionError
 from ..fsutil import atomic_write_text
 from ..jobs.executor import Executor, StateUpdate
-from ..jobs.record import now_iso
+from ..jobs.record import iso_epoch, now_iso, submitting_since
 from ..jobs.state import JobState
 from .http import (
     attached_payload,
@@ -85,6 +85,31 @@ def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> Unicor
     site = UnicoreSite(**{k: v for k, v in data.items() if k in ("url", "auth", "username_env", "password_env",
                                                                    "token_env", "verify_tls", "user_preferences")})
     return UnicoreExecutor(site, mantik=bool(data.get("mantik")), key=("record-unicore", site.url))
+
+
+#: s: a UNICORE site's clock may differ from ours. A job tagged with this task id but created more
+#: than this before our SUBMITTING record is another run's (the same task of another work
+#: directory, or an earlier attempt), never the one a crash left unrecorded.
+RECONCILE_CLOCK_SLACK = 3600.0
+
+
+def tagged_choice(
+    rows: Sequence[tuple[str, Mapping[str, Any]]], not_before: float | None
+) -> tuple[str | None, list[str]]:
+    """Among the jobs of a task id (URL, properties): the oldest started one to adopt, and the
+    ones left ``READY`` to destroy. Jobs created before ``not_before`` are left alone; a job
+    whose ``submissionTime`` cannot be read counts (adopting beats submitting twice)."""
+    started: list[tuple[float, str]] = []
+    destroy: list[str] = []
+    for url, props in rows:
+        created = iso_epoch(str(props.get("submissionTime") or ""))
+        if not_before is not None and created is not None and created < not_before:
+            continue
+        if props.get("status") == "READY":
+            destroy.append(url)
+        else:
+            started.append((float("inf") if created is None else created, url))
+    return (min(started)[1] if started else None), destroy
 
 
 class UnicoreExecutor(RemoteOutputs, Executor):
@@ -246,7 +271,9 @@ class UnicoreExecutor(RemoteOutputs, Executor):
         """A job found SUBMITTING after a crash: adopt the started UNICORE job tagged with its task
         id (destroying ones left READY, whose uploads may be incomplete), else submit."""
         run_id = job.task_id
-        found = await asyncio.to_thread(self._find_tagged, run_id)
+        since = submitting_since(job.record)
+        not_before = None if since is None else since - RECONCILE_CLOCK_SLACK
+        found = await asyncio.to_thread(self._find_tagged, run_id, not_before)
         if found is None:
             await self.submit(job)
             return
@@ -255,17 +282,19 @@ class UnicoreExecutor(RemoteOutputs, Executor):
         job.apply(StateUpdate(state=JobState.PENDING, detail="adopted by tag after a restart",
                               native_id=found.rstrip("/").rsplit("/", 1)[-1], extra={"unicore_url": found}))
 
-    def _find_tagged(self, tag: str) -> str | None:
+    def _find_tagged(self, tag: str, not_before: float | None = None) -> str | None:
         client = self.client()
-        started: list[tuple[str, str]] = []
+        rows: list[tuple[str, Mapping[str, Any]]] = []
+        jobs = {}
         for ujob in with_retries(lambda: client.get_jobs(tags=[tag]), "UNICORE jobs", secrets=self._secrets):
             url = str(ujob.resource_url)
             props = with_retries(lambda: self._get(url), "UNICORE job", secrets=self._secrets)  # noqa: B023
-            if props.get("status") == "READY":
-                ujob.delete()  # never started: its files may be incomplete
-            else:
-                started.append((str(props.get("submissionTime", "")), str(ujob.resource_url)))
-        return sorted(started)[0][1] if started else None
+            rows.append((url, props))
+            jobs[url] = ujob
+        adopt, destroy = tagged_choice(rows, not_before)
+        for url in destroy:
+            jobs[url].delete()  # never started: its files may be incomplete
+        return adopt
 
     # -- status ----------------------------------------------------------------------------------
 

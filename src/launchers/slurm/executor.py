@@ -31,7 +31,7 @@ from ..connectors.local import LocalConnector
 from ..errors import ConnectorError, LaunchersError, ScriptError, SubmissionError
 from ..fsutil import atomic_write_bytes
 from ..jobs.executor import Executor, StateUpdate
-from ..jobs.record import RC, STDERR, STDOUT, now_iso, parse_rc
+from ..jobs.record import RC, STDERR, STDOUT, iso_epoch, now_iso, parse_rc, submitting_since
 from ..jobs.state import JobState
 from . import parse as P
 from .script import (
@@ -117,15 +117,7 @@ def executor_from_record(info: Mapping[str, Any], record: Any) -> SlurmExecutor:
 
 def _parse_time(text: str | None) -> float | None:
     """Epoch seconds of an ISO time (record or Slurm's local ``2026-01-01T10:00:00``)."""
-    if not text:
-        return None
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.astimezone()
-    return dt.timestamp()
+    return iso_epoch(text)
 
 
 def _slurm_time(text: str | None) -> str | None:
@@ -533,10 +525,7 @@ class SlurmExecutor(Executor):
     @staticmethod
     def _submitting_since(job: Job) -> float | None:
         """When this attempt's SUBMITTING was recorded (epoch), from the record's history."""
-        for when, state, _detail in reversed(job.record.history):
-            if state == JobState.SUBMITTING.value:
-                return _parse_time(when)
-        return None
+        return submitting_since(job.record)
 
     def _workdir(self, job: Job) -> str | None:
         """The working directory the job's script asks for (``--chdir``), when it is known."""
