@@ -367,7 +367,10 @@ class UnicoreServer(LoopbackServer):
         state = str(row["state"])
         with job.lock:
             if not slurm_final(state):
-                job.status = "RUNNING" if state.startswith(("RUNNING", "COMPLETING")) else "QUEUED"
+                # never back from RUNNING to QUEUED, as UNICORE: slurmdbd may record the start
+                # after squeue (asked while sacct did not list the job yet) reported it
+                if state.startswith(("RUNNING", "COMPLETING")) or job.status != "RUNNING":
+                    job.status = "RUNNING" if state.startswith(("RUNNING", "COMPLETING")) else "QUEUED"
                 return
             code_file = job.workdir / "UNICORE_SCRIPT_EXIT_CODE"
             code = code_file.read_text().strip() if code_file.exists() else ""
