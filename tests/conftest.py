@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pathlib
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -144,6 +145,15 @@ class Leftovers:
             except TimeoutError:
                 pass
         return alive
+
+
+def cancel_in_another_process(job: Any, timeout: float) -> None:
+    """``launchers cancel JOB_DIR`` run as its own process (it knows the job from its record only):
+    it exits 0 once the job is CANCELLED."""
+    done = subprocess.run([sys.executable, "-m", "launchers", "cancel", "--timeout", f"{timeout:g}", str(job.directory)],
+                          capture_output=True, text=True, timeout=2 * timeout)
+    assert done.returncode == 0, done.stderr
+    assert "CANCELLED" in done.stdout
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import test_jobs_tasks as tt
-from conftest import Leftovers
+from conftest import Leftovers, cancel_in_another_process
 from launchers.batch import queue as Q
 from launchers.batch.executor import (
     BatchExecutor,
@@ -150,8 +150,6 @@ def test_cancel_from_another_process(tmp_path: Path, leaves_nothing: Leftovers) 
     """`launchers cancel` in another process: a queued task is cancelled at once, a running one
     is stopped by the runner; the CLI follows each to its final state and exits 0. The runner
     kills the task: no process of it is left (``leaves_nothing``)."""
-    import subprocess
-    import sys
 
     b = batch(slots=1, kill_grace=1)
     leaves_nothing.watch(b.executor())
@@ -162,10 +160,7 @@ def test_cancel_from_another_process(tmp_path: Path, leaves_nothing: Leftovers) 
         while running.state is not JobState.RUNNING and time.monotonic() < deadline:
             time.sleep(0.05)
         for job in (queued, running):
-            done = subprocess.run([sys.executable, "-m", "launchers", "cancel", "--timeout", "30", str(job.directory)],
-                                  capture_output=True, text=True, timeout=60)
-            assert done.returncode == 0, done.stderr
-            assert "CANCELLED" in done.stdout
+            cancel_in_another_process(job, 30)
         assert queued.wait(10) is JobState.CANCELLED and running.wait(10) is JobState.CANCELLED
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Leftovers
+from conftest import Leftovers, cancel_in_another_process
 from launchers import ExperimentFailed, JobState, command, experiment, task
 from launchers.batch.executor import BatchExecutor
 from launchers.batch.rest import (
@@ -235,8 +235,6 @@ def test_cancel_from_another_process_reaches_the_site_queue(site: tuple[str, Any
     """`launchers cancel` in another process knows the task only from its record, whose
     locator names the site: the queued task is taken out of pending/, the running one stopped
     (killed by the runner: neither it nor the pilot is left behind)."""
-    import subprocess
-    import sys
 
     kind, _server, inner, _root = site
     batch = inner.batched(slots=1, linger=1, walltime="10m", drain_margin="1m", kill_grace=2)
@@ -250,10 +248,7 @@ def test_cancel_from_another_process_reaches_the_site_queue(site: tuple[str, Any
         running, queued = (a, b) if a.state is JobState.RUNNING else (b, a)
         assert running.record.extra["batch"]["locator"]["kind"] == kind
         for job in (queued, running):
-            done = subprocess.run([sys.executable, "-m", "launchers", "cancel", "--timeout", "60", str(job.directory)],
-                                  capture_output=True, text=True, timeout=120)
-            assert done.returncode == 0, done.stderr
-            assert "CANCELLED" in done.stdout
+            cancel_in_another_process(job, 60)
         assert running.wait(60) is JobState.CANCELLED and queued.wait(60) is JobState.CANCELLED
     assert running.exit_code != 0  # killed, not run to its end
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Leftovers
+from conftest import Leftovers, cancel_in_another_process
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment, task
 from launchers.batch.executor import BatchExecutor
 from launchers.config.loader import load_config
@@ -145,7 +145,6 @@ def test_cancel_from_another_process_reaches_the_remote_queue(clean: dict[str, s
     """`launchers cancel` in another process knows the job only from its record: the record
     says how to reach the queue (connector and configuration), so the cancel is not lost. The
     runner on the far side kills the running task: neither it nor the pilot is left behind."""
-    import sys
 
     remote = tmp_path / "remote"
     batch = ssh_launcher(tmp_path, clean, remote).batched(slots=1, linger=1, walltime="10m", drain_margin="1m",
@@ -160,9 +159,6 @@ def test_cancel_from_another_process_reaches_the_remote_queue(clean: dict[str, s
         running, queued = (long, late) if long.state is JobState.RUNNING else (late, long)
         assert running.record.extra["batch"]["locator"]["kind"] == "ssh"
         for job in (queued, running):  # one queued (taken out of pending/), one running (cancel/<id>)
-            done = subprocess.run([sys.executable, "-m", "launchers", "cancel", "--timeout", "60", str(job.directory)],
-                                  capture_output=True, text=True, timeout=120)
-            assert done.returncode == 0, done.stderr
-            assert "CANCELLED" in done.stdout
+            cancel_in_another_process(job, 60)
         assert running.wait(60) is JobState.CANCELLED and queued.wait(30) is JobState.CANCELLED
     assert running.exit_code != 0  # killed, not run to its end
