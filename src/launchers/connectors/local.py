@@ -59,6 +59,82 @@ async def _in_thread(
     return await asyncio.wrap_future(future)
 
 
+async def _in_loop(
+    argv: list[str], env: dict[str, str] | None, cwd: str | None, timeout: float | None
+) -> tuple[int, bytes, bytes]:
+    """``_run_blocking`` followed by the running loop itself: the pipes and a pidfd for the exit
+    are watched with ``add_reader``, so a command costs no thread and no GIL hand-off."""
+    loop = asyncio.get_running_loop()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=cwd, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
+    watched = {out_fd, err_fd}
+    done: asyncio.Future[None] = loop.create_future()
+    pidfd = os.pidfd_open(proc.pid)
+
+    def settle() -> None:
+        if not watched and not done.done():
+            done.set_result(None)
+
+    def readable(fd: int) -> None:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if data:
+            chunks[fd].append(data)
+            return
+        loop.remove_reader(fd)
+        watched.discard(fd)
+        settle()
+
+    def exited() -> None:
+        if proc.poll() is not None:
+            loop.remove_reader(pidfd)
+            watched.discard(pidfd)
+            settle()
+
+    for fd in (out_fd, err_fd):
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, readable, fd)
+    watched.add(pidfd)
+    loop.add_reader(pidfd, exited)
+    try:
+        try:
+            await asyncio.wait_for(asyncio.shield(done), timeout)
+        except asyncio.TimeoutError:
+            proc.kill()
+            with contextlib.suppress(asyncio.TimeoutError):  # a grandchild may hold the pipes
+                await asyncio.wait_for(asyncio.shield(done), 5.0)
+            raise subprocess.TimeoutExpired(argv, timeout or 0.0) from None
+    finally:
+        for fd in watched:
+            loop.remove_reader(fd)
+        if proc.returncode is None:  # cancelled, or still holding on after the kill: reap it apart
+            proc.kill()
+            threading.Thread(target=proc.wait, name="launchers-reap", daemon=True).start()
+        os.close(pidfd)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert proc.returncode is not None
+    return proc.returncode, b"".join(chunks[out_fd]), b"".join(chunks[err_fd])
+
+
+def _pidfd_works() -> bool:
+    """``os.pidfd_open`` exists and the kernel allows it (Linux 5.3+, not blocked by seccomp)."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+#: Commands are followed by the loop itself where the kernel has pidfds, else by a thread each.
+_PIDFD = _pidfd_works()
+
+
 class LocalConnector(Connector):
     """Runs commands as subprocesses (no shell, in a thread pool) and uses local files."""
 
@@ -87,7 +163,10 @@ class LocalConnector(Connector):
             full_env = {k: v for k, v in os.environ.items() if k not in unset}
             full_env.update(env or {})
         try:
-            done = await _in_thread(list(argv), full_env, cwd, timeout, input)
+            if input is None and _PIDFD:
+                done = await _in_loop(list(argv), full_env, cwd, timeout)
+            else:
+                done = await _in_thread(list(argv), full_env, cwd, timeout, input)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
             raise ConnectorError(f"local: cannot run {argv[0]!r}: {e.strerror or e}") from None
         except subprocess.TimeoutExpired:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -69,3 +70,28 @@ def call_soon(fn: Callable[..., Any], *args: Any) -> None:
         loop.call_soon(fn, *args)
     else:
         loop.call_soon_threadsafe(fn, *args)
+
+
+#: A blocking file operation slower than this (seconds) sends the next ones to worker threads.
+INLINE_LIMIT = 0.02
+#: ... for this long (seconds); then inline calls are tried again.
+INLINE_BACKOFF = 60.0
+_threads_until = 0.0
+
+
+async def blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a short blocking file operation (a small write and its fsync) for a coroutine.
+
+    Inline on the loop thread while such calls stay fast: on a local disk a worker-thread hop
+    costs more CPU than the write itself (GIL hand-offs, wake-ups). Once one takes longer than
+    ``INLINE_LIMIT`` (a slow or remote file system), they go to worker threads for
+    ``INLINE_BACKOFF`` seconds, so the loop keeps serving the other jobs."""
+    global _threads_until
+    start = time.monotonic()
+    if start < _threads_until:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        if time.monotonic() - start > INLINE_LIMIT:
+            _threads_until = time.monotonic() + INLINE_BACKOFF

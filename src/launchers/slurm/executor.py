@@ -31,6 +31,7 @@ from ..connectors.local import LocalConnector
 from ..errors import ConnectorError, LaunchersError, ScriptError, SubmissionError
 from ..fsutil import atomic_write_bytes
 from ..jobs.executor import Executor, StateUpdate
+from ..jobs.loop import blocking
 from ..jobs.record import RC, STDERR, STDOUT, iso_epoch, now_iso, parse_rc, submitting_since
 from ..jobs.state import JobState
 from . import parse as P
@@ -283,7 +284,7 @@ class SlurmExecutor(Executor):
                 data = await self.connector.read_file(f"{remote}/{name}", max_bytes=64 * 1024 * 1024)
             except (FileNotFoundError, OSError, ConnectorError):
                 continue
-            await asyncio.to_thread(atomic_write_bytes, str(Path(job.directory) / name), data, sync_dir=False)
+            await blocking(atomic_write_bytes, str(Path(job.directory) / name), data, sync_dir=False)
 
     # -- script ---------------------------------------------------------------------------------
 
@@ -358,13 +359,13 @@ class SlurmExecutor(Executor):
                 text = render_script(spec)
                 if not self.is_local:
                     local_copy = str(Path(job.directory) / "job.sh")
-                    await asyncio.to_thread(atomic_write_bytes, local_copy, text.encode(), mode=0o755, sync_dir=False)
+                    await blocking(atomic_write_bytes, local_copy, text.encode(), mode=0o755, sync_dir=False)
                 directory = self._job_dir(job)
                 if self.is_local:
                     # no fsync here: the SUBMITTING record written next fsyncs job.sh, params.json
                     # and the directory together, before sbatch runs
                     script = f"{directory}/job.sh"
-                    await asyncio.to_thread(atomic_write_bytes, script, text.encode("utf-8"), mode=0o755, sync=False)
+                    await blocking(atomic_write_bytes, script, text.encode("utf-8"), mode=0o755, sync=False)
                     job.defer_sync(Path(script))
                 else:
                     await self._write(f"{directory}/job.sh", text.encode("utf-8"), mode=0o755, sync_dir=False)
@@ -383,9 +384,9 @@ class SlurmExecutor(Executor):
         await self._submit_loop(job, spec.job_name, directory)
 
     async def _write(self, path: str, data: bytes, *, mode: int | None = None, sync_dir: bool = True) -> None:
-        """Write a file on the cluster side; local fsyncs run in a worker thread, not the loop."""
+        """Write a file on the cluster side (local: ``blocking``, inline while the disk is fast)."""
         if self.is_local:
-            await asyncio.to_thread(atomic_write_bytes, path, data, mode=mode, sync_dir=sync_dir)
+            await blocking(atomic_write_bytes, path, data, mode=mode, sync_dir=sync_dir)
         else:
             await self.connector.write_file(path, data, mode=mode)
 
@@ -1168,8 +1169,8 @@ def _with_live_reasons(rows: Mapping[str, Row], live: Mapping[str, Row]) -> dict
 
 
 async def _apply(job: Job, update: StateUpdate) -> bool:
-    """``job.apply`` (a fsynced record write) in a worker thread, so the loop keeps going."""
-    return await asyncio.to_thread(job.apply, update)
+    """``job.apply`` (a fsynced record write), inline while the disk is fast (``blocking``)."""
+    return await blocking(job.apply, update)
 
 
 class _AccountingDisabled(Exception):
