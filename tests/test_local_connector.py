@@ -124,6 +124,7 @@ def test_many_concurrent_commands(connector: LocalConnector) -> None:
 
 def test_blocking_runs_inline_then_in_threads_after_a_slow_call(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loop, "_threads_until", 0.0)
+    monkeypatch.setattr(loop, "INLINE_LIMIT", 0.05)  # a busy test machine cannot make a no-op slow
     seen: list[bool] = []
 
     def where(delay: float = 0.0) -> None:
