@@ -154,3 +154,17 @@ def test_blocking_passes_results_and_errors() -> None:
         return await loop.blocking(int, "42")
 
     assert asyncio.run(calls()) == 42
+
+
+def test_no_pidfd_for_one_command_falls_back_to_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not local._PIDFD:
+        pytest.skip("this kernel gives no pidfds")
+
+    def refuse(pid: int, flags: int = 0) -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(os, "pidfd_open", refuse)
+    res = run(LocalConnector().run(["sh", "-c", "echo fine; exit 4"]))
+    assert (res.returncode, res.stdout) == (4, "fine\n")  # type: ignore[attr-defined]
+    with pytest.raises(ConnectorError, match="gave no answer"):
+        run(LocalConnector().run(["sleep", "20"], timeout=0.3))

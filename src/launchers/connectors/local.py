@@ -29,14 +29,19 @@ def _run_blocking(
         cwd=cwd,
         env=env,
     ) as proc:
-        try:
-            out, err = proc.communicate(input, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.communicate(timeout=5)
-            raise
-        return proc.returncode, out, err
+        return _collect(proc, timeout, input)
+
+
+def _collect(proc: subprocess.Popen[bytes], timeout: float | None, input: bytes | None = None) -> tuple[int, bytes, bytes]:
+    """Wait for ``proc`` and read its output (blocking); past ``timeout`` it is killed."""
+    try:
+        out, err = proc.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=5)
+        raise
+    return proc.returncode, out, err
 
 
 async def _in_thread(
@@ -68,11 +73,15 @@ async def _in_loop(
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             cwd=cwd, env=env)
     assert proc.stdout is not None and proc.stderr is not None
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:  # out of descriptors, say: followed by a thread, as without pidfds
+        with proc:
+            return await asyncio.to_thread(_collect, proc, timeout)
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
     watched = {out_fd, err_fd}
     done: asyncio.Future[None] = loop.create_future()
-    pidfd = os.pidfd_open(proc.pid)
 
     def settle() -> None:
         if not watched and not done.done():
@@ -136,7 +145,8 @@ _PIDFD = _pidfd_works()
 
 
 class LocalConnector(Connector):
-    """Runs commands as subprocesses (no shell, in a thread pool) and uses local files."""
+    """Runs commands as subprocesses (no shell; followed by the loop, see ``_in_loop``) and uses
+    local files."""
 
     is_local = True
 

@@ -284,7 +284,8 @@ class SlurmExecutor(Executor):
                 data = await self.connector.read_file(f"{remote}/{name}", max_bytes=64 * 1024 * 1024)
             except (FileNotFoundError, OSError, ConnectorError):
                 continue
-            await blocking(atomic_write_bytes, str(Path(job.directory) / name), data, sync_dir=False)
+            # up to 64 MiB: always in a worker thread, however fast the disk was so far
+            await asyncio.to_thread(atomic_write_bytes, str(Path(job.directory) / name), data, sync_dir=False)
 
     # -- script ---------------------------------------------------------------------------------
 
