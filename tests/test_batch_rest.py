@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -222,6 +223,7 @@ def test_killed_pilot_task_finished_by_a_second_pilot(site: tuple[str, Any, Any,
     assert "ok" in job.stdout_path.read_text()
     assert job.record.extra.get("batch_attempt") == 2
     assert "attempt 1" in job.stdout_path.read_text() and "attempt 2" in job.stdout_path.read_text()
+    assert re.search(r"launchers: runner \S+ lost, task re-queued", job.stderr_path.read_text())
     remote = rest_queue(ex, tmp_path)
     assert remote.can_rename is (kind == "unicore")
     second = json.loads(next((tmp_path / "exp" / "batch").glob("*/pilots/2/params.json")).read_text())["target"]

@@ -272,12 +272,26 @@ class RestQueue(abc.ABC):
         for tid in lost:
             entry = self._running[tid]
             target = requeue_target(tid, entry, tid in self._cancelled)
+            if not target.startswith(R.DONE):
+                # before the rename: until then no runner can claim the task and append to job.err
+                await self._note_requeue(tid, str(entry.get("runner")))
             if await self._call(self.rename_sync, f"{R.RUNNING}/{tid}.json", target):
                 moved.append(tid)
                 self._running.pop(tid, None)
                 if target.startswith(R.DONE):
                     await self._call(self.write_sync, target, json.dumps(cancelled_entry(tid)).encode())
         return moved
+
+    async def _note_requeue(self, task_id: str, runner: str) -> None:
+        """Append ``launchers: runner R lost, task re-queued`` to the task's ``job.err`` on the
+        site (read, then written whole: these file APIs have no append)."""
+        rel = f"{TASKS}/{task_id}/job.err"
+        try:
+            old = await self._call(self.read_sync, rel) or b""
+            line = f"launchers: runner {runner} lost, task re-queued\n".encode()
+            await self._call(self.write_sync, rel, old + (b"" if not old or old.endswith(b"\n") else b"\n") + line)
+        except LaunchersError:
+            pass  # the note is informative; the re-queue itself must still happen
 
     def pilot_args(self) -> list[str]:
         """Runner arguments for the next pilot: ``--lost-runner R`` for every known lost runner."""
