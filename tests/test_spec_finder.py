@@ -400,12 +400,13 @@ def test_s2_values_are_immutable() -> None:
     # (the older tool mutated `a`)."
     a = cuda_gpu(mem="24G") & cpu(cores=2)
     b = cuda_gpu(mem="12G") & duration("2h")
-    before_a, before_b = str(a), str(b)
+    g = cuda_gpu(mem="24G")
+    before_a, before_b, before_g = str(a), str(b), str(g)
     c = a & b
     d = a | b
-    e = a * 3
-    assert str(a) == before_a and str(b) == before_b
-    assert len(a.requirements[0].cuda_gpus) == 1
+    e = g * 3  # '*' repeats GPUs only (a * 3 is an error, as "(...)*3" is: see §1 tests)
+    assert str(a) == before_a and str(b) == before_b and str(g) == before_g
+    assert len(a.requirements[0].cuda_gpus) == 1 and len(g.requirements[0].cuda_gpus) == 1
     assert len(c.requirements[0].cuda_gpus) == 2
     assert len(d.requirements) == 2 and len(e.requirements[0].cuda_gpus) == 3
     alt = a.requirements[0]

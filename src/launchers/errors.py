@@ -29,7 +29,11 @@ class RequirementSyntaxError(LaunchersError, ValueError):
         lines = self.text.split("\n") if self.text else [""]
         src = lines[self.line - 1] if 0 < self.line <= len(lines) else ""
         where = f"line {self.line}, column {self.column}"
-        parts = [f"{self.reason} (at {where})", f"    {src}", "    " + " " * (self.column - 1) + "^"]
+        # keep the tabs of the source line so that the caret lands under the column however
+        # wide a terminal draws them; every other character becomes a space
+        pad = "".join("\t" if c == "\t" else " " for c in src[: max(self.column - 1, 0)])
+        pad += " " * max(self.column - 1 - len(src), 0)  # a column past the end of the line
+        parts = [f"{self.reason} (at {where})", f"    {src}", "    " + pad + "^"]
         if self.expected:
             parts.append("expected one of: " + ", ".join(self.expected))
         return "\n".join(parts)

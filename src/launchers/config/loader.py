@@ -13,6 +13,7 @@ column and key path.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from launchers.config.model import (
     SSHConnectorConfig,
     UnicoreGroup,
     UnicoreSite,
+    regex_gpu,
 )
 from launchers.config.reader import Loc, Reader, Sec, describe, did_you_mean, join
 from launchers.errors import ConfigurationError
@@ -385,8 +387,8 @@ def _load(
     for kind in top.values:
         if kind not in _GROUP_KINDS:
             continue
-        for sec in top.values[kind]:
-            group = builder.group(kind, sec, len(groups))
+        for kind_index, sec in enumerate(top.values[kind]):
+            group = builder.group(kind, sec, len(groups), kind_index)
             if group is not None:
                 groups.append(group)
     reader.raise_if_any()
@@ -502,7 +504,7 @@ class _Builder:
                 self.connectors[name] = SSHConnectorConfig(name=name, **ssh.values)
 
     # -- groups --------------------------------------------------------------------------
-    def group(self, kind: str, sec: Sec, index: int) -> Group | None:
+    def group(self, kind: str, sec: Sec, index: int, kind_index: int = 0) -> Group | None:
         gid = sec.get("id")
         if gid is not None:
             if gid in self.ids:
@@ -529,6 +531,7 @@ class _Builder:
             "tags": sec.get("tags", ()),
             "batch": self.batch(sec.get("batch")),
             "index": index,
+            "kind_index": kind_index,
             "position": sec.pos,
         }
         if kind == "local":
@@ -672,6 +675,8 @@ class _Builder:
         mem_per_cpu = configuration.cpu.mem_per_cpu is not None or any(
             c.cpu.mem_per_cpu is not None for c in features.values()
         )
+        regexes: tuple[re.Pattern[str], ...] = sec.get("features_regex", ())
+        regex_problems: dict[str, str | None] = {}  # feature -> problem (features repeat)
         partitions = []
         for name, p in sec.get("partitions", {}).items():
             pconf = self.configuration(p.get("configuration"))
@@ -682,6 +687,8 @@ class _Builder:
                                 # ``count`` is informative only: the older tool's files write ``count: 0``
                 # beside a host list, and they must load unchanged.
                 mem_per_cpu = mem_per_cpu or nconf.cpu.mem_per_cpu is not None
+                if regexes:
+                    self.regex_features(n, regexes, regex_problems)
                 nodes.append(
                     NodeGroup(
                         hosts=n.get("hosts", ()),
@@ -723,13 +730,38 @@ class _Builder:
             )
         return {
             "partitions": tuple(partitions),
-            "features_regex": sec.get("features_regex", ()),
+            "features_regex": regexes,
             "features": features,
             "configuration": configuration,
             "qos": qos,
             "use_features": sec.get("use_features", True),
             "use_memory_constraint": use_mem,
         }
+
+    def regex_features(
+        self, n: Sec, regexes: tuple[re.Pattern[str], ...], seen: dict[str, str | None]
+    ) -> None:
+        """finder.md §4: the values ``features_regex`` reads from a node group's features
+        (``cuda_count``, ``cuda_memory``) are checked at load, as the finder converts them
+        (``model.regex_gpu``), each problem at the feature (``...nodes[0].features[1]``)."""
+        for i, feature in enumerate(n.get("features", ())):
+            if feature in seen:
+                why = seen[feature]
+            else:
+                why = None
+                for j, rx in enumerate(regexes):
+                    m = rx.fullmatch(feature)
+                    if m is None or not rx.groupindex:
+                        continue
+                    try:
+                        regex_gpu(m.groupdict())
+                    except ValueError as e:
+                        why = f"feature {feature!r} matched by features_regex[{j}] {rx.pattern!r}: {e}"
+                        break
+                seen[feature] = why
+            if why is not None:
+                pos = n.item_at("features", i)
+                self.r.problem(pos, pos.key, why)
 
     # -- remote sites ---------------------------------------------------------------------
     def _url(self, site: Sec, key: str) -> None:

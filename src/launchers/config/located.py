@@ -174,6 +174,45 @@ _FAST_TAGS = frozenset(
 )
 
 
+class _Duplicate(Exception):
+    """Internal: a duplicate key; ``load_located`` adds its key path (found only then, so that
+    building stays free of path bookkeeping)."""
+
+    def __init__(self, knode: Node, error: ConfigurationError) -> None:
+        super().__init__(str(error))
+        self.knode = knode
+        self.error = error
+
+
+def _key_path(root: Node, target: Node) -> str | None:
+    """The key path (``slurm[0].partitions.p.priority``) of the mapping key node ``target``,
+    searched in document order (an anchored mapping is named where it is written)."""
+    from launchers.config.reader import join  # reader imports this module
+
+    seen: set[int] = set()
+    stack: list[tuple[Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue  # an alias met again (recursive aliases too)
+        seen.add(id(node))
+        children: list[tuple[Node, str]] = []
+        if isinstance(node, MappingNode):
+            for knode, vnode in node.value:
+                if knode.tag == _MERGE_TAG:  # merged keys land in this mapping
+                    merged = vnode.value if isinstance(vnode, SequenceNode) else [vnode]
+                    children.extend((m, path) for m in merged)
+                    continue
+                kpath = join(path, knode.value) if isinstance(knode, ScalarNode) else path
+                if knode is target:
+                    return kpath
+                children.append((vnode, kpath))
+        elif isinstance(node, SequenceNode):
+            children = [(item, f"{path}[{i}]") for i, item in enumerate(node.value)]
+        stack.extend(reversed(children))
+    return None
+
+
 class _Builder:
     """Turns a composed YAML node tree into LDict / LList / scalars."""
 
@@ -232,8 +271,11 @@ class _Builder:
                 try:
                     if key in keys:
                         first = _pos(self.file, keys[key])
-                        raise self.error(
-                            knode, f"duplicate key {key!r} (first written at line {first.line})"
+                        raise _Duplicate(
+                            knode,
+                            self.error(
+                                knode, f"duplicate key {key!r} (first written at line {first.line})"
+                            ),
                         )
                 except TypeError:
                     raise self.error(knode, f"a mapping key cannot be {type(key).__name__}")
@@ -347,6 +389,12 @@ def load_located(text: str, file: str | None = None) -> Any:
             return None
         try:
             return _Builder(loader, file).build(node)
+        except _Duplicate as dup:
+            e = dup.error
+            key = _key_path(node, dup.knode)
+            raise ConfigurationError(
+                e.reason, file=e.file, line=e.line, column=e.column, key=key or None
+            ) from None
         except RecursionError:
             raise ConfigurationError("document is nested too deeply", file=file, line=1, column=1)
     finally:

@@ -50,6 +50,33 @@ class GPUConfig:
     min_mem_ratio: Fraction | None = None
 
 
+_WHOLE = re.compile(r"\s*([0-9]+)\s*\Z")
+
+
+def regex_gpu(found: Mapping[str, str | None]) -> GPUConfig:
+    """The GPU layer one ``features_regex`` match sets (finder.md §4, §7) from its named groups:
+    ``cuda_count`` a whole number, ``cuda_memory`` a size with its unit. A group that did not
+    take part in the match sets nothing. ``ValueError`` (with the reason) for a captured text
+    that is not such a value; the loader reports it at load, with the feature's position."""
+    from launchers.units import parse_size
+
+    count = found.get("cuda_count")
+    memory = found.get("cuda_memory")
+    gpu_count: int | None = None
+    if count is not None:
+        m = _WHOLE.match(count)
+        if m is None:
+            raise ValueError(f"cuda_count captured {count!r}, which is not a whole number of GPUs")
+        gpu_count = int(m.group(1))
+    gpu_memory = None
+    if memory is not None:
+        try:
+            gpu_memory = parse_size(memory)
+        except ValueError as e:
+            raise ValueError(f"cuda_memory: {e}") from None
+    return GPUConfig(count=gpu_count, memory=gpu_memory)
+
+
 def _merge(a: Any, b: Any) -> Any:
     """Key-by-key merge of two attrs values: fields of ``b`` that are not None win."""
     changes = {}
@@ -158,7 +185,8 @@ class GroupBase:
     tags: tuple[str, ...] = ()
     connector: str = "local"
     batch: BatchOptions | None = None
-    index: int = 0  # position of the group in file order (across kinds)
+    index: int = 0  # position of the group in file order (across kinds); JSON "group"
+    kind_index: int = 0  # position among the groups of its kind, as in key paths (local[0])
     position: Position = Position()
 
     @property
@@ -167,8 +195,9 @@ class GroupBase:
 
     @property
     def label(self) -> str:
-        """The group id, or ``kind[index]`` when it has none."""
-        return self.id if self.id is not None else f"{self.kind}[{self.index}]"
+        """The group id, or ``kind[i]`` (``i`` its index among the groups of its kind, as in
+        the key paths of configuration errors) when it has none."""
+        return self.id if self.id is not None else f"{self.kind}[{self.kind_index}]"
 
 
 @attrs.frozen

@@ -133,7 +133,6 @@ def merge(index: GroupIndex, best: Candidate, compat: list[bool], single_partiti
 
     can_exclude = group.use_hosts and group.kind != "unicore"
     events: list[Event] = []
-    exclude: list[str] = []
     handled: set[tuple[int, int]] = set()
     pis = list(dict.fromkeys([c.pindex for c in sel]))
     sound = sum(len(index.feature_sets[pi]) for pi in pis) == len(good)  # every node group matches
@@ -164,16 +163,21 @@ def merge(index: GroupIndex, best: Candidate, compat: list[bool], single_partiti
             events.append(("drop_clauses", pi, ni, tuple(sat)))
             continue
         handled.add((pi, ni))
-        if can_exclude and ng.hosts:
-            exclude.extend(h for h in ng.hosts if h not in exclude)
-            events.append(("exclude", pi, ni, ()))
-        else:
-            events.append(("unsound", pi, ni, ()))
+        events.append(("exclude" if can_exclude and ng.hosts else "unsound", pi, ni, ()))
 
+    listed = dict.fromkeys([c.pindex for c in sel])
+    # A partition dropped after some of its node groups were excluded is no longer listed:
+    # its hosts must not reach --exclude (they may be good nodes of a listed partition), and
+    # its exclude / unsound steps no longer describe the result.
+    events = [e for e in events if e[0] not in ("exclude", "unsound") or e[1] in listed]
+    exclude: dict[str, None] = {}
+    for what, pi, ni, _ in events:
+        if what == "exclude":
+            exclude.update(dict.fromkeys(index.node_groups[pi][ni].hosts))
     clauses_t = tuple(dict.fromkeys([c.clause for c in sel]))
     return Merge(
         chosen=tuple(sel),
-        partitions=tuple(group.partitions[pi].name for pi in dict.fromkeys([c.pindex for c in sel])),
+        partitions=tuple(group.partitions[pi].name for pi in listed),
         clauses=clauses_t,
         constraint=constraint_text(clauses_t) if group.use_features else None,
         exclude=tuple(exclude),

@@ -23,9 +23,9 @@ from ..config.model import (
     QoS,
     ResourceConfig,
     SlurmGroup,
+    regex_gpu,
 )
 from ..errors import ConfigurationError
-from ..units import UnitError, parse_size
 
 
 @attrs.frozen
@@ -227,22 +227,17 @@ def layered(group: SlurmGroup, partition: Partition, ng: NodeGroup) -> ResourceC
 
 
 def _regex_layer(found: dict[str, Any], feature: str, pattern: str, ng: NodeGroup) -> ResourceConfig:
-    count = found.get("cuda_count")
-    memory = found.get("cuda_memory")
-    where = f"feature {feature!r} matched by features_regex {pattern!r}"
-    gpu_count: int | None = None
-    gpu_memory: int | None = None
+    """The layer of one ``features_regex`` match. The loader has checked every node group of a
+    file (``config.loader``); the error here only guards groups built otherwise."""
     try:
-        if count is not None:
-            gpu_count = int(count)
-        if memory is not None:
-            gpu_memory = parse_size(memory)
-    except (ValueError, UnitError) as e:
+        gpu = regex_gpu(found)
+    except ValueError as e:
         pos = ng.position
         raise ConfigurationError(
-            f"{where}: {e}", file=pos.file, line=pos.line, column=pos.column, key=pos.key or None
-        ) from None
-    return ResourceConfig(gpu=GPUConfig(count=gpu_count, memory=gpu_memory))
+            f"feature {feature!r} matched by features_regex {pattern!r}: {e}",
+            file=pos.file, line=pos.line, column=pos.column, key=pos.key or None,
+        ) from None  # fmt: skip
+    return ResourceConfig(gpu=gpu)
 
 
 def gpu_slots(cfg: GPUConfig) -> tuple[GPUSlot, ...]:

@@ -21,7 +21,15 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, Un
 
 from ..errors import RequirementSyntaxError
 from ..units import DURATION_UNITS, SIZE_UNITS
-from .values import CPURequest, GPURequest, HostRequirement, Requirement, RequirementUnion
+from .values import (
+    REPEAT_NEEDS_GPUS,
+    CPURequest,
+    GPURequest,
+    HostRequirement,
+    Requirement,
+    RequirementUnion,
+    gpus_only,
+)
 
 __all__ = ["MAX_ALTERNATIVES", "MAX_GPUS", "parse"]
 
@@ -105,15 +113,7 @@ def _duration(parts: list[Any]) -> int:
     return math.ceil(total)
 
 
-def _gpus_only(value: Requirement) -> bool:
-    """True when ``value`` asks for GPUs and nothing else (so ``*N`` means N times them)."""
-    for alt in value.requirements:
-        if alt.duration or alt.cpu != _NO_CPU or not alt.cuda_gpus:
-            return False
-    return True
-
-
-_NO_CPU = CPURequest()
+_gpus_only = gpus_only  # the rule Python's ``*`` applies too (values.py)
 
 
 class _Build(Transformer[Token, RequirementUnion]):
@@ -170,11 +170,7 @@ class _Build(Transformer[Token, RequirementUnion]):
         if n * max(len(alt.cuda_gpus) for alt in value.requirements) > MAX_GPUS:
             raise _Fail(f"*{count}: at most {MAX_GPUS} GPUs in one alternative", count)
         if not _gpus_only(value):
-            raise _Fail(
-                "'*N' repeats GPUs: it must follow cuda(...) (or a parenthesized group of "
-                "cuda(...) requests), not duration=... or cpu(...)",
-                star,
-            )
+            raise _Fail(REPEAT_NEEDS_GPUS, star)
         result: Requirement = value * n
         return result
 

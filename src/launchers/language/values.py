@@ -116,8 +116,7 @@ class HostRequirement:
     def __mul__(self, count: object) -> HostRequirement:
         if isinstance(count, bool) or not isinstance(count, int):
             return NotImplemented
-        if count < 1:
-            raise RequirementSyntaxError(f"*{count}: the GPU count must be at least 1", f"*{count}", 1, 2)
+        _check_repeat(self, count)
         return attrs.evolve(self, cuda_gpus=self.cuda_gpus * count)
 
     __rmul__ = __mul__
@@ -180,7 +179,10 @@ class RequirementUnion:
     def __mul__(self, count: object) -> RequirementUnion:
         if isinstance(count, bool) or not isinstance(count, int):
             return NotImplemented
-        return RequirementUnion(tuple(alt * count for alt in self.requirements))
+        _check_repeat(self, count)
+        return RequirementUnion(
+            tuple(attrs.evolve(alt, cuda_gpus=alt.cuda_gpus * count) for alt in self.requirements)
+        )
 
     __rmul__ = __mul__
 
@@ -195,6 +197,36 @@ class RequirementUnion:
 
 
 Requirement = HostRequirement | RequirementUnion
+
+#: The error of ``*N`` after something other than GPUs (the parser's, and Python's ``*``).
+REPEAT_NEEDS_GPUS = (
+    "'*N' repeats GPUs: it must follow cuda(...) (or a parenthesized group of "
+    "cuda(...) requests), not duration=... or cpu(...)"
+)
+_NO_CPU = CPURequest()
+
+
+def gpus_only(value: Requirement) -> bool:
+    """True when ``value`` asks for GPUs and nothing else (so ``*N`` means N times them)."""
+    for alt in value.requirements:
+        if alt.duration or alt.cpu != _NO_CPU or not alt.cuda_gpus:
+            return False
+    return True
+
+
+def _check_repeat(value: Requirement, count: int) -> None:
+    """Python's ``value * count`` follows the rules of the string ``*N`` (finder.md §1, §2):
+    ``N >= 1``, and only GPUs can be repeated (``cpu()*2`` would silently mean nothing)."""
+    if count >= 1 and gpus_only(value):
+        return
+    text = str(value)
+    if " & " in text or " | " in text or "*" in text:
+        text = f"({text})"  # how the string form writes it: '*' binds tighter than '&' and '|'
+    star = len(text) + 1
+    text += f"*{count}"
+    if count < 1:
+        raise RequirementSyntaxError(f"*{count}: the GPU count must be at least 1", text, 1, star + 1)
+    raise RequirementSyntaxError(REPEAT_NEEDS_GPUS, text, 1, star)
 
 
 def _size_arg(value: str | int | None, what: str) -> int:
