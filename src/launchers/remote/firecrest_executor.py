@@ -3,7 +3,9 @@
 ``firecrest.v2.Firecrest`` with ``ClientCredentialsAuth(..., min_token_validity=60)`` and
 ``num_retries_rate_limit=10``. Run directory ``BASE/<run id>`` (``site.workdir``, else the
 system's default work file system + ``/<user>/launchers``); files up to ``max_ops_file_size``
-go by direct ``ops/upload`` (pyfirecrest would stage those above 1 MiB); submission with
+go by direct ``ops/upload`` (pyfirecrest would stage those above 1 MiB); larger files are staged
+through the system's transfer backend (``dataOperation.data_transfer``) with pyfirecrest's
+``upload()``, and refused before anything is sent when the system declares none; submission with
 ``script_str`` + ``working_dir``; one jobs listing per cycle; a ``404 Job not found.`` within
 60 s of submission means "not visible yet". pyfirecrest is synchronous: calls run in threads.
 """
@@ -66,6 +68,9 @@ MANTIK_SECRET = "MANTIK_FIRECREST_CLIENT_SECRET"
 DEFAULT_MAX_OPS = 5 * 1024 * 1024
 #: sbatch errors (in a 500 answer) that mean "not accepted, try again" (slurm-runtime.md §4)
 SLURM_TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "temporarily unable to accept job")
+#: transfer backends through which pyfirecrest's ``upload()`` stages a file itself ("wormhole"
+#: needs the external ``wormhole`` program and is not used)
+STAGING_METHODS = ("s3", "streamer")
 
 
 def _site_of(launcher: Any) -> FirecrestSite:
@@ -291,8 +296,72 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                 "workdir": s.workdir, "verify_tls": s.verify_tls, "mantik": self.mantik}
 
     #: why a file above ``max_ops_file_size`` is refused (v1 says it in its own words)
-    too_big_advice = ("this launcher does not stage files through a transfer backend; exclude it "
-                      "(Exclude) and copy it to the site another way")
+    too_big_advice = ("the system declares no transfer backend (dataOperation.data_transfer) to stage it "
+                      "through; exclude it (Exclude) and copy it to the site another way")
+    #: how long a staged upload waits for its transfer job (pyfirecrest cancels it then), seconds
+    staged_timeout = 3600.0
+
+    def _transfer_method(self) -> str | None:
+        """The declared transfer backend's ``service_type`` (``s3``, ``streamer``...), or None."""
+        t = self._transfer
+        if not t:
+            return None
+        if isinstance(t, Mapping):
+            kind = t.get("service_type") or t.get("serviceType") or t.get("name")
+            return str(kind) if kind else None
+        return str(t)
+
+    def _stage(self, local: Path, directory: str, filename: str, rel: str) -> None:
+        """A file above ``max_ops_file_size`` through the transfer backend, as pyfirecrest's
+        ``upload()`` stages it: ``POST /filesystem/{machine}/transfer/upload`` (a transfer job and
+        the presigned part URLs), the parts and the completion call, then the transfer job that
+        moves the file into place is awaited (its log must report success). A failure after the
+        transfer job exists cancels that job (it would otherwise wait for the file for hours)."""
+        from firecrest.FirecrestException import MultipartUploadException
+
+        machine, method = self.site.machine, str(self._transfer_method())
+        size = local.stat().st_size
+
+        def start(c: Any) -> Any:
+            # pyfirecrest stages from 1 MiB; a system whose direct limit is lower needs it from there
+            c.MAX_DIRECT_UPLOAD_SIZE = min(type(c).MAX_DIRECT_UPLOAD_SIZE, self._max_ops + 1)
+            return c.upload(machine, str(local), directory, filename, blocking=False, transfer_method=method,
+                            file_size=size)
+
+        def accepted_or_refused(e: BaseException) -> bool:  # repeat the POST only if nothing was created
+            return status_of(e) == 503 or (is_transient(e) and status_of(e) is None)
+
+        what = f"staged upload of {rel} ({format_size(size)}, {method})"
+        ext = self._call(f"{what}: transfer/upload", start, transient=accepted_or_refused)
+        job_id = ((getattr(ext, "transfer_data", None) or {}).get("transferJob") or {}).get("jobId")
+        try:
+            if method == "s3":
+
+                def parts(c: Any) -> None:
+                    ext._all_tags = []  # a repeated attempt sends every part again
+                    try:
+                        ext.upload_file_to_stage()
+                    except MultipartUploadException as e:  # not str(e): it holds the presigned URLs
+                        raise LaunchersError(f"{what}: {getattr(e, '_msg', None) or 'multipart upload failed'}"
+                                             ) from None
+
+                self._call(f"{what}: parts", parts, tries=3)
+            else:
+                ext.wait_for_streamer_job_to_listen()
+                ext.upload_file_streamer()
+            self._call(f"{what}: transfer job {job_id}",
+                       lambda c: ext.wait_for_transfer_job(timeout=self.staged_timeout), tries=3)
+        except BaseException:
+            self._cancel_transfer(job_id)
+            raise
+
+    def _cancel_transfer(self, job_id: Any) -> None:
+        if job_id is None:
+            return
+        try:
+            self.client().cancel_job(self.site.machine, str(job_id))
+        except Exception as e:  # already over, or unreachable: nothing more to do
+            log.info("cancel of transfer job %s: %s", job_id, self._message(e))
 
     def _mkdir(self, client: Any, path: str) -> None:
         self._call(f"firecREST mkdir {path}", lambda c: c.mkdir(self.site.machine, path, create_parents=True))
@@ -318,13 +387,18 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         answered an error but created the job (found by name) is adopted."""
         machine = self.site.machine
         too_big = [(rel, local.stat().st_size) for local, rel in uploads if local.stat().st_size > self._max_ops]
-        if too_big:
+        method = self._transfer_method()
+        if too_big and method not in STAGING_METHODS:
             rel, size = too_big[0]
+            advice = self.too_big_advice if method is None else (
+                f"its transfer backend {method!r} is not one launchers stages through "
+                f"({', '.join(STAGING_METHODS)}); exclude it (Exclude) and copy it to the site another way")
             raise SubmissionError(
                 f"{rel} ({format_size(size)}) is larger than the direct upload limit of {machine} "
-                f"(max_ops_file_size {format_size(self._max_ops)}); {self.too_big_advice}"
+                f"(max_ops_file_size {format_size(self._max_ops)}); {advice}"
                 + ("" if len(too_big) == 1 else f" ({len(too_big) - 1} more such files)")
             )
+        staged = {rel for rel, _ in too_big}
         dirs = sorted({run_dir} | {posixpath.dirname(posixpath.join(run_dir, rel)) for _, rel in uploads})
         for d in dirs:
             self._mkdir(None, d)
@@ -335,8 +409,11 @@ class FirecrestExecutor(RemoteOutputs, Executor):
 
         def upload(item: tuple[Path | bytes, str]) -> None:
             source, rel = item
-            data = source if isinstance(source, bytes) else source.read_bytes()
             target = posixpath.join(run_dir, rel)
+            if isinstance(source, Path) and rel in staged:
+                self._stage(source, posixpath.dirname(target), posixpath.basename(target), rel)
+                return
+            data = source if isinstance(source, bytes) else source.read_bytes()
             self._call(f"upload of {rel}", lambda c: self._upload_one(c, posixpath.dirname(target),
                                                                     posixpath.basename(target), data))
 
