@@ -118,3 +118,19 @@ def test_a_job_is_named_by_its_run_id_too(tmp_path: Path) -> None:
     assert resolve_job("train-0123", tmp_path / "runs") == d
     with pytest.raises(LaunchersError, match="no job"):
         resolve_job("train-0123456789abcdef-00000000", tmp_path / "runs")
+
+
+@pytest.mark.slurm
+def test_submit_refused_by_sbatch_exits_2(slurm_cluster: dict[str, str], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """sbatch refusing the job is a submission error: exit 2 with sbatch's message."""
+    (tmp_path / "launchers.yaml").write_text(
+        "slurm:\n  - id: refused\n    partitions:\n      nosuchpart:\n        nodes:\n"
+        "          - {count: 1, configuration: {cpu: {cores: 2, memory: 2G}}}\n"
+    )
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster["SLURM_CONF"])
+    monkeypatch.setenv("LAUNCHERS_CONFIG", str(tmp_path / "launchers.yaml"))
+    monkeypatch.setenv("LAUNCHERS_STATE_DIR", str(tmp_path / "state"))
+    r = cli("submit", "--workdir", "xp", "--", "true", cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "could not be submitted" in r.stderr and "partition" in r.stderr.lower()

@@ -335,3 +335,45 @@ def test_over_ssh_one_remote_command_per_cycle(cluster: dict[str, str], tmp_path
     ex = L.executor()
     assert isinstance(ex, sx.SlurmExecutor)
     assert set(ex.commands) <= {"sbatch", "remote-cycle"}  # every poll cycle is one remote command
+
+
+def test_cancel_while_staging_submits_nothing(cluster: dict[str, str], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel that arrives while ``job.sh`` is still being written (slow over SSH) stops the
+    submission before sbatch: no Slurm job runs that nothing follows (§4, §7)."""
+    real = sx.blocking
+
+    async def slow(fn: Any, *args: Any, **kw: Any) -> Any:
+        if args and str(args[0]).endswith("/job.sh"):
+            await sx.asyncio.sleep(1.0)
+        return await real(fn, *args, **kw)
+
+    monkeypatch.setattr(sx, "blocking", slow)
+    with pytest.raises(ExperimentFailed), experiment(tmp_path, make_launcher()):
+        job = command(["sleep", "60"], name="stagecancel").submit()
+        time.sleep(0.2)
+        job.cancel()
+    assert job.state is JobState.CANCELLED and job.native_id is None
+    time.sleep(1.0)
+    rec = json.loads((job.directory / "state.json").read_text())
+    assert rec["state"] == "CANCELLED" and "SUBMITTING" not in [h[1] for h in rec["history"]]
+    assert not [n for n in sacct_names(rec["job_name"] or "stagecancel-x")]
+    assert not [line for line in subprocess.run(["squeue", "--noheader", "--format=%j"], capture_output=True,
+                                                text=True, check=True).stdout.split() if line.startswith("stagecancel-")]
+
+
+def test_each_group_keeps_its_own_settings_on_a_shared_executor(cluster: dict[str, str], tmp_path: Path) -> None:
+    """Two groups on one connector share an executor; each job still gets its own group's
+    ``env:`` (§3) and ``fatal_pending`` / ``lost_after`` (§6, §5)."""
+    a = make_launcher(env={"FROM_A": "a"})
+    b = SlurmLauncher(group=SlurmGroup(id="sb2", env={"FROM_B": "b"}, fatal_pending="report"),
+                      options={"partition": "debug", "time": "00:05:00"})
+    assert a.executor() is b.executor()
+    script = 'echo "A=${FROM_A:-unset} B=${FROM_B:-unset}"'
+    with experiment(tmp_path, a):
+        ja = command(["sh", "-c", script], name="ga").submit()
+        jb = command(["sh", "-c", script], name="gb").submit(launcher=b)
+    assert "A=a B=unset" in ja.stdout_path.read_text()
+    assert "A=unset B=b" in jb.stdout_path.read_text()
+    ex = a.executor()
+    assert ex._group_of(jb).fatal_pending == "report" and ex._group_of(ja).fatal_pending == "cancel"

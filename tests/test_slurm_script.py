@@ -282,3 +282,37 @@ def test_nasty_values_through_real_sbatch(slurm_cluster: dict[str, str], tmp_pat
     assert "Comment=has space #and hash" in show
     # %j was doubled, so sbatch kept it literally: the output went to this directory's job.out
     assert (directory / "job.out").read_text().startswith(f"==== launchers: attempt 1, job {jid}, ")
+
+
+@pytest.mark.parametrize(("attempt", "requeued"), [(1, True), (3, True), (4, False)])
+def test_requeue_counts_every_extra_attempt(tmp_path: Path, attempt: int, requeued: bool) -> None:
+    """``max_requeues`` bounds the extra attempts of the task, also those the tracker made as new
+    Slurm jobs (§9): at attempt 4 with ``max_requeues=3`` the warning ends the job, no requeue."""
+    import signal
+
+    from launchers.slurm.script import ScriptSpec as Spec
+
+    job = tmp_path / "job"
+    job.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "scontrol.log"
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    spec = Spec(job_dir=str(job), task_id="t-1", job_name=f"t-1-a{attempt}", argv=("sleep", "30"),
+                attempt=attempt, resumable=True, max_requeues=3, resume_grace=10)
+    (job / "job.sh").write_text(render_script(spec))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "777"}
+    env.pop("SLURM_RESTART_COUNT", None)
+    with open(job / "job.out", "w") as out, open(job / "job.err", "w") as err:
+        proc = subprocess.Popen(["bash", str(job / "job.sh")], env=env, stdout=out, stderr=err, cwd=job)
+    deadline = time.monotonic() + 10
+    while "==== launchers: attempt" not in (job / "job.out").read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.2)  # the task is started
+    proc.send_signal(signal.SIGUSR1)
+    assert proc.wait(20) == (0 if requeued else 128 + signal.SIGUSR1)
+    assert (log.exists() and "requeue 777" in log.read_text()) is requeued
+    assert ("requeue after USR1" in (job / "job.err").read_text()) is requeued
+    assert (job / "job.rc").exists() is not requeued

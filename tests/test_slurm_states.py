@@ -211,3 +211,19 @@ def test_sbatch_options_checked() -> None:
         check_sbatch_options([("hold", "yes")])
     with pytest.raises(ScriptError, match="wrap"):
         check_sbatch_options([("wrap", "echo")])
+
+
+def test_unrunnable_reason_names_the_known_limit() -> None:
+    """§6: the reason names the limit when the configuration knows it."""
+    from launchers.config.model import Partition, QoS, ResourceConfig, SlurmGroup
+    from launchers.slurm.executor import limit_detail
+    from launchers.slurm.options import SlurmOptions
+
+    group = SlurmGroup(id="x", partitions=(Partition(name="debug", configuration=ResourceConfig(max_duration=3600)),),
+                       qos={"q": QoS(name="q", max_duration=7200)})
+    long = SlurmOptions(partition="debug", time="2-00:00:00", qos="q")
+    assert limit_detail(group, long, "PartitionTimeLimit") == "--time=2-00:00:00 exceeds partition debug's MaxTime 1:00:00"
+    assert limit_detail(group, long, "QOSMaxWallDurationPerJobLimit") == "--time=2-00:00:00 exceeds QoS q's MaxWall 2:00:00"
+    assert limit_detail(group, SlurmOptions(partition="debug", time="00:30:00"), "PartitionTimeLimit") is None
+    assert limit_detail(group, SlurmOptions(partition="other", time="2-00:00:00"), "PartitionTimeLimit") is None
+    assert limit_detail(None, long, "PartitionTimeLimit") is None

@@ -72,7 +72,10 @@ def clear_previous(queue: str | os.PathLike[str], task_id: str) -> None:
 
 
 def cancel_pending(queue: str | os.PathLike[str], name: str, task_id: str) -> bool:
-    """Rename ``pending/<name>`` to ``done/<id>.json`` as CANCELLED; False when a runner has it."""
+    """Rename ``pending/<name>`` to ``done/<id>.json`` as CANCELLED; False when a runner has it.
+
+    The rename is the claim; the entry is rewritten with its state right after. Readers take a
+    ``done/`` entry without ``state`` (seen in between, or left by a crash) as CANCELLED."""
     src = Path(queue) / R.PENDING / name
     dst = Path(queue) / R.DONE / f"{task_id}.json"
     entry = R.read_entry(str(src)) or {"id": task_id}

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             _print(job, args.json)
             if job.state.is_final and job.state is not JobState.COMPLETED and not job.native_id:
                 print(f"launchers: job {job.task_id} could not be submitted: {job.reason}", file=sys.stderr)
-                return 1
+                return 2
             return 0
         job.wait()
         _print(job, args.json)

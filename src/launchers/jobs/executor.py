@@ -50,6 +50,7 @@ import importlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -149,6 +150,8 @@ class Executor(abc.ABC):
     poll_max: float = 60.0
     #: Period of ``fast_poll`` in seconds, or None for no fast checks.
     fast_interval: float | None = None
+    #: ``time.monotonic()`` when the last submission ended: the tracker defers polls in bursts
+    last_submitted: float = float("-inf")
 
     def __init__(self, key: Hashable = ()) -> None:
         self.key = key
@@ -191,6 +194,7 @@ class Executor(abc.ABC):
             log.error("submission of %s failed: %s", job.task_id, e, exc_info=not isinstance(e, LaunchersError))
             job.apply(StateUpdate(state=JobState.FAILED, detail="submission error", reason=str(e) or type(e).__name__))
         finally:
+            self.last_submitted = time.monotonic()
             self.tracker.wake()
 
     # -- to implement ---------------------------------------------------------------------------

@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("launchers.jobs")
 
 BACKOFF = 1.5
+#: While submissions keep completing (the last one at most ``BURST_GAP`` s ago) polls wait, at
+#: most ``BURST_MAX`` s after the previous one: a burst of sbatch calls is not slowed down by the
+#: status checks and record writes of its first jobs, which are read right after it.
+BURST_GAP = 0.5
+BURST_MAX = 5.0
 DEFAULT_POLL_TIMEOUT = 30.0
 #: Seconds during which cancel requests are gathered into one ``executor.cancel`` call.
 CANCEL_GATHER = 0.1
@@ -98,6 +103,7 @@ class Tracker:
 
     async def _run(self) -> None:
         last_full = last_fast = float("-inf")
+        started = time.monotonic()
         while True:
             for key, job in list(self.jobs.items()):
                 if job.state.is_final and key not in self._cancels:
@@ -111,6 +117,12 @@ class Tracker:
             if self._cancels and time.monotonic() >= self._cancel_due:
                 await self._send_cancels()
             changed |= self._check_observers()
+            if not self._poll_now and not self._cancels:
+                now = time.monotonic()
+                quiet_for = now - self.executor.last_submitted
+                if quiet_for < BURST_GAP and now - max(last_full, last_fast, started) < BURST_MAX:
+                    await self._sleep(min(BURST_GAP - quiet_for, max(last_full, last_fast, started) + BURST_MAX - now))
+                    continue
             tracked = [j for j in self.jobs.values() if j.native_id and not j.observer and not j.state.is_final]
             fast = self.executor.fast_interval
             now = time.monotonic()
@@ -140,12 +152,16 @@ class Tracker:
             delay = max(0.0, next_full - time.monotonic())
             if fast is not None:
                 delay = min(delay, max(0.0, last_fast + fast - time.monotonic()) if tracked else fast)
-            assert self._wake is not None
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=max(delay, 0.05))
-            except asyncio.TimeoutError:
-                pass
+            await self._sleep(delay)
+
+    async def _sleep(self, delay: float) -> None:
+        """Until ``delay`` s have passed (at least 50 ms) or ``wake()`` is called."""
+        assert self._wake is not None
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=max(delay, 0.05))
+        except asyncio.TimeoutError:
+            pass
 
     async def _apply(self, query: object, jobs: Sequence[Job], *, quiet: bool) -> bool:
         timeout = float(getattr(self.executor, "poll_timeout", DEFAULT_POLL_TIMEOUT))

@@ -414,11 +414,12 @@ start=$(awk '{print $22}' /proc/$pid/stat 2>/dev/null)
 printf '%s %s %s\n' "$pid" "${start:--}" "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
 """
 
-#: argv: (INDEX DIR PID START)...; prints "BOOT id", then "RC i json" or "PS i start state".
+#: stdin: per job a line "INDEX PID START" and a line DIR (an empty DIR line stands for the next
+#: argument: a directory with a newline in it); prints "BOOT id", then "RC i json" or
+#: "PS i start state". The jobs are not in argv: one argument is limited to 128 KiB on Linux.
 _REMOTE_POLL = r"""printf 'BOOT %s\n' "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
-while [ $# -ge 4 ]; do
-    i=$1 dir=$2 pid=$3
-    shift 4
+while IFS=' ' read -r i pid start && IFS= read -r dir; do
+    [ -n "$dir" ] || { dir=$1; shift; }
     info=$(awk '{print $22" "$3}' /proc/$pid/stat 2>/dev/null)
     if [ -f "$dir/job.rc" ]; then
         printf 'RC %s %s\n' "$i" "$(tr -d '\n' < "$dir/job.rc")"
@@ -545,17 +546,21 @@ class RemoteDirectExecutor(DirectExecutor):
         from ..jobs.record import parse_rc
 
         argv = ["sh", "-c", _REMOTE_POLL, "sh"]
+        lines: list[str] = []
         known: list[tuple[Job, ProcessId]] = []
         for job in jobs:
             proc = ProcessId.from_json(job.record.extra.get("process"))
             rdir = job.record.extra.get("remote_dir")
             if proc is None or not isinstance(rdir, str):
                 continue
-            argv += [str(len(known)), rdir, str(proc.pid), str(proc.start)]
+            if "\n" in rdir:
+                argv.append(rdir)
+                rdir = ""
+            lines += [f"{len(known)} {proc.pid} {proc.start}\n", rdir + "\n"]
             known.append((job, proc))
         if not known:
             return {}
-        res = await self.connector.run(argv)
+        res = await self.connector.run(argv, input="".join(lines).encode("utf-8", "surrogateescape"))
         if res.returncode != 0:
             raise LaunchersError(f"status command failed on {self.connector_name}: {res.stderr.strip()}")
         boot = ""

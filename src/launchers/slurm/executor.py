@@ -34,6 +34,7 @@ from ..jobs.executor import Executor, StateUpdate
 from ..jobs.loop import blocking
 from ..jobs.record import RC, STDERR, STDOUT, iso_epoch, now_iso, parse_rc, submitting_since
 from ..jobs.state import JobState
+from ..units import parse_slurm_time, slurm_time
 from . import parse as P
 from .script import (
     ArraySpec,
@@ -168,6 +169,8 @@ class SlurmExecutor(Executor):
         self.status_source = source
         self._accounting: bool | None = None if source == "auto" else source == "sacct"
         self._sem: asyncio.Semaphore | None = None
+        #: ids of the jobs inside ``submit`` (staging, sbatch): a cancel there is handled by it
+        self._in_submit: set[int] = set()
         self._backoff_until = 0.0
         self._held: dict[int, Job] = {}
         self._slot_freed: asyncio.Event | None = None
@@ -303,7 +306,7 @@ class SlurmExecutor(Executor):
             argv = (python, "-m", "launchers.run", directory)
             check = python
         env: dict[str, str] = {}
-        env.update(dict(getattr(self.group, "env", ()) or ()))
+        env.update(dict(getattr(getattr(launcher, "group", None) or self.group, "env", ()) or ()))
         env.update(dict(getattr(launcher, "env", ()) or ()))
         env.update(dict(task.env))
         return ScriptSpec(
@@ -348,6 +351,25 @@ class SlurmExecutor(Executor):
         super().enqueue(job, reconcile=reconcile)
 
     async def submit(self, job: Job) -> None:
+        # a cancel arriving while the job is staged is left to the submission: it stops before
+        # sbatch, or cancels the id sbatch returns; nothing runs unrecorded (§4, §7)
+        key = id(job)
+        outer = key not in self._in_submit
+        self._in_submit.add(key)
+        try:
+            await self._submit(job)
+        finally:
+            if outer:
+                self._in_submit.discard(key)
+
+    def _cancelled_before_sbatch(self, job: Job) -> bool:
+        """A cancel was asked before sbatch ran: record CANCELLED (nothing was submitted)."""
+        if not job.cancel_requested:
+            return False
+        job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancel", reason="cancelled on request"))
+        return True
+
+    async def _submit(self, job: Job) -> None:
         launcher = job.launcher or self.launcher
         # Nothing is submitted yet, so a transport failure while staging is retried (§4).
         deadline = time.monotonic() + RETRY_TOTAL
@@ -372,6 +394,8 @@ class SlurmExecutor(Executor):
                     await self._write(f"{directory}/job.sh", text.encode("utf-8"), mode=0o755, sync_dir=False)
                 break
             except ConnectorError as e:
+                if self._cancelled_before_sbatch(job):
+                    return
                 if time.monotonic() + delay > deadline:
                     job.apply(StateUpdate(state=JobState.FAILED, detail="staging", reason=f"could not stage the job: {e}"))
                     log.error("%s: could not stage the job: %s", job.task_id, e)
@@ -380,6 +404,8 @@ class SlurmExecutor(Executor):
                 await asyncio.sleep(delay * _JITTER.uniform(0.8, 1.2))
                 delay = min(delay * 2, 60.0)
         extra = None if self.is_local else {"remote_dir": directory}
+        if self._cancelled_before_sbatch(job):
+            return
         await _apply(job, StateUpdate(state=JobState.SUBMITTING, detail="sbatch", job_name=spec.job_name, reason="",
                                       extra=extra))  # fmt: skip
         await self._submit_loop(job, spec.job_name, directory)
@@ -399,6 +425,9 @@ class SlurmExecutor(Executor):
             wait = self._backoff_until - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
+            # first pass: nothing ran yet; later passes: the lookup by name found nothing
+            if self._cancelled_before_sbatch(job):
+                return
             try:
                 async with self._semaphore():
                     res = await self._run(self._sbatch_argv("job.sh"), timeout=SBATCH_TIMEOUT, cwd=directory,
@@ -455,6 +484,14 @@ class SlurmExecutor(Executor):
             )
         )
         self.tracker.wake()
+        if job.native_id != native_id:
+            # the record refused the id (final already, e.g. cancelled elsewhere): never leave
+            # a job running that nothing follows
+            log.warning("%s: job %s was submitted after the task ended (%s); cancelling it",
+                        job.task_id, native_id, job.state.value)
+            with contextlib.suppress(LaunchersError, OSError):
+                await self._cancel_ids([native_id])
+            return
         if job.cancel_requested:
             await self.cancel([job])
 
@@ -752,7 +789,9 @@ class SlurmExecutor(Executor):
         self._live_rows = {jid: row for jid, row in live.items() if _is_pending(row)}
         return live
 
-    async def _sacct(self, jobs: Sequence[Job]) -> dict[str, Row]:
+    async def _sacct_argv(self, jobs: Sequence[Job]) -> list[str]:
+        """sacct for ``jobs``: ``--jobs=ID,...``, or ``--user=U --starttime=T`` (T one hour before
+        the oldest submission) when the id list would pass ``MAX_ID_LIST`` bytes (§5)."""
         ids = sorted({P.master_id(j.native_id or "") for j in jobs if j.native_id}, key=int)
         argv = ["sacct", "--noheader", "--parsable2", "--allocations", f"--format={P.SACCT_FORMAT}",
                 *self._cluster_args()]  # fmt: skip
@@ -765,6 +804,10 @@ class SlurmExecutor(Executor):
             argv += [f"--user={user}", f"--starttime={start}"]
         else:
             argv.append(f"--jobs={id_list}")
+        return argv
+
+    async def _sacct(self, jobs: Sequence[Job]) -> dict[str, Row]:
+        argv = await self._sacct_argv(jobs)
         res = await self._run(argv)
         if res.returncode != 0:
             if P.sacct_accounting_disabled(res.returncode, res.stderr, res.stdout):
@@ -848,21 +891,28 @@ class SlurmExecutor(Executor):
             ended_at=ended, **common,
         )  # fmt: skip
 
+    def _group_of(self, job: Job) -> Any:
+        """The job's own group (several groups may share this executor's connector and cluster)."""
+        return getattr(job.launcher, "group", None) or self.group
+
     def _pending(self, job: Job, status: SlurmStatus, row: Row, now: float, common: dict[str, Any]) -> StateUpdate:
         reason = row.reason or ""
-        add = getattr(self.group, "fatal_reasons_add", ()) or ()
-        remove = getattr(self.group, "fatal_reasons_remove", ()) or ()
+        group = self._group_of(job)
+        add = getattr(group, "fatal_reasons_add", ()) or ()
+        remove = getattr(group, "fatal_reasons_remove", ()) or ()
         if is_fatal_reason(reason, add=add, remove=remove):
             seen = job.runtime.get("fatal")
             if seen is None or seen[0] != reason:
                 job.runtime["fatal"] = (reason, now)
             elif now - seen[1] >= FATAL_CONFIRM:
-                mode = str(getattr(self.group, "fatal_pending", "cancel") or "cancel")
+                mode = str(getattr(group, "fatal_pending", "cancel") or "cancel")
                 if mode == "cancel":
                     job.runtime["unrunnable"] = reason
                     asyncio.get_running_loop().create_task(self._cancel_ids([job.native_id or ""]))
+                    known = limit_detail(group, getattr(job.launcher, "options", None), reason)
                     return StateUpdate(state=JobState.UNRUNNABLE, detail=row.source, slurm_state=status.raw,
-                                       reason=f"Slurm cannot run this job: {reason}")  # fmt: skip
+                                       reason=f"Slurm cannot run this job: {reason}"
+                                       + (f" ({known})" if known else ""))  # fmt: skip
                 return StateUpdate(state=JobState.PENDING, detail=row.source,
                                    reason=f"pending forever: {reason}", **common)  # fmt: skip
         else:
@@ -884,7 +934,7 @@ class SlurmExecutor(Executor):
         first, count = job.runtime.get("missing", (now, 0))
         count += 1
         job.runtime["missing"] = (first, count)
-        lost_after = float(getattr(self.group, "lost_after", None) or LOST_AFTER)
+        lost_after = float(getattr(self._group_of(job), "lost_after", None) or LOST_AFTER)
         if count >= LOST_POLLS and now - first >= lost_after:
             return StateUpdate(state=JobState.LOST, detail="no record",
                                reason="Slurm has no record of the job and it left no exit record")  # fmt: skip
@@ -923,19 +973,40 @@ class SlurmExecutor(Executor):
 
     async def _poll_remote(self, jobs: Sequence[Job]) -> dict[Job, StateUpdate]:
         user, _ = await self.user()
-        parts = []
-        for i, job in enumerate(jobs):
-            parts.append(f"printf '@@rc {i}\\n'; cat {shlex.quote(self._job_dir(job) + '/' + RC)} 2>/dev/null; echo")
-        ids = sorted({P.master_id(j.native_id or "") for j in jobs if j.native_id}, key=int)
+        # The job directories go on stdin, one a line, so that the command stays the same size
+        # whatever the number of jobs (one argument is limited to 128 KiB on Linux). A directory
+        # with a newline in it (never made by launchers) is passed as an argument instead: an
+        # empty line stands for the next one.
+        lines: list[str] = []
+        odd: list[str] = []
+        for job in jobs:
+            directory = self._job_dir(job)
+            if "\n" in directory:
+                odd.append(directory)
+                directory = ""
+            lines.append(directory + "\n")
+        parts = [
+            "i=0",
+            "while IFS= read -r d; do",
+            '    [ -n "$d" ] || { d=$1; shift; }',
+            "    printf '@@rc %s\\n' \"$i\"",
+            f'    [ ! -f "$d"/{shlex.quote(RC)} ] || cat -- "$d"/{shlex.quote(RC)} 2>/dev/null',
+            "    echo",
+            "    i=$((i + 1))",
+            "done",
+        ]
         use_sacct = self._accounting is not False
-        sacct = shlex.join(["sacct", "--noheader", "--parsable2", "--allocations", f"--format={P.SACCT_FORMAT}",
-                            f"--jobs={','.join(ids)}", *self._cluster_args()])  # fmt: skip
+        sacct = shlex.join(await self._sacct_argv(jobs))
         squeue = shlex.join(self._squeue_argv(user))
         if use_sacct:
             parts.append(f"printf '@@sacct\\n'; {sacct} 2>&1; printf '@@status %s\\n' $?")
         parts.append(f"printf '@@squeue\\n'; {squeue} 2>&1; printf '@@status %s\\n' $?")
         self.commands["remote-cycle"] = self.commands.get("remote-cycle", 0) + 1
-        res = await self.connector.run(["sh", "-c", "\n".join(parts)], timeout=QUERY_TIMEOUT)
+        res = await self.connector.run(
+            ["sh", "-c", "\n".join(parts), "sh", *odd],
+            timeout=QUERY_TIMEOUT,
+            input="".join(lines).encode("utf-8", "surrogateescape"),
+        )
         sections: dict[str, list[str]] = {}
         status: dict[str, int] = {}
         current = ""
@@ -996,7 +1067,9 @@ class SlurmExecutor(Executor):
     async def cancel(self, jobs: Sequence[Job]) -> None:
         ids: list[str] = []
         for job in jobs:
-            if id(job) in self._held or (job.state is JobState.WAITING and not job.native_id):
+            if id(job) in self._held or (
+                job.state is JobState.WAITING and not job.native_id and id(job) not in self._in_submit
+            ):
                 self._held.pop(id(job), None)
                 job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancel", reason="cancelled on request"))
             elif job.native_id:
@@ -1152,6 +1225,38 @@ class SlurmExecutor(Executor):
 
     def __repr__(self) -> str:
         return f"<SlurmExecutor connector={self.connector_name} cluster={self.cluster}>"
+
+
+def _clock(seconds: int) -> str:
+    """Slurm's way of showing a limit: ``1:00:00``, ``2-00:00:00``."""
+    text = slurm_time(seconds)
+    return text[1:] if text.startswith("0") and "-" not in text else text
+
+
+def limit_detail(group: Any, options: Any, reason: str) -> str | None:
+    """The limit a fatal pending reason refers to, when the configuration knows it (§6):
+    "--time=2-00:00:00 exceeds partition debug's MaxTime 1:00:00"."""
+    wanted = getattr(options, "time", None)
+    seconds = parse_slurm_time(str(wanted)) if wanted else None
+    if not seconds or group is None:
+        return None
+    if reason == "PartitionTimeLimit":
+        base = getattr(group, "configuration", None)
+        names = set(str(getattr(options, "partition", "") or "").split(","))
+        for part in getattr(group, "partitions", ()) or ():
+            if part.name not in names:
+                continue
+            config = base.merged(part.configuration) if base is not None else part.configuration
+            limit = config.max_duration
+            if limit and seconds > limit:
+                return f"--time={wanted} exceeds partition {part.name}'s MaxTime {_clock(limit)}"
+    elif reason.startswith("QOSMaxWall"):
+        name = getattr(options, "qos", None)
+        qos = (getattr(group, "qos", None) or {}).get(name) if name else None
+        limit = getattr(qos, "max_duration", None)
+        if limit and seconds > limit:
+            return f"--time={wanted} exceeds QoS {name}'s MaxWall {_clock(limit)}"
+    return None
 
 
 def _is_pending(row: Row) -> bool:

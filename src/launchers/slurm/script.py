@@ -319,9 +319,9 @@ trap '_l_on_resume' __SIG__
 """
 
 _REQUEUE = r"""if [ "$_l_resume" = 1 ] && [ -z "$_l_sig" -o "$_l_sig" = __SIGNUM__ ] && [ -n "${SLURM_JOB_ID:-}" ] \
-    && [ "${SLURM_RESTART_COUNT:-0}" -lt __MAX__ ]; then
+    && [ "$(( LAUNCHERS_ATTEMPT - 1 ))" -lt __MAX__ ]; then
     _l_norc=1
-    echo "==== launchers: requeue after __SIG__ (restart $(( ${SLURM_RESTART_COUNT:-0} + 1 )) of __MAX__) ====" >&2
+    echo "==== launchers: requeue after __SIG__ (restart $LAUNCHERS_ATTEMPT of __MAX__) ====" >&2
     if scontrol requeue "$_l_id"; then
         exit 0
     fi
