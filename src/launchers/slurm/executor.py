@@ -800,7 +800,10 @@ class SlurmExecutor(Executor):
             user, _ = await self.user()
             times = [t for t in (_parse_time(j.record.submitted_at) for j in jobs) if t is not None]
             oldest = min(times) if times else time.time() - 86400
-            start = datetime.fromtimestamp(oldest - 3600).strftime("%Y-%m-%dT%H:%M:%S")
+            # sacct reads the time in the cluster's time zone: over SSH it may differ from ours
+            # by up to 26 h, so the window opens that much earlier (more rows, none missed)
+            margin = 3600 if self.is_local else 27 * 3600
+            start = datetime.fromtimestamp(oldest - margin).strftime("%Y-%m-%dT%H:%M:%S")
             argv += [f"--user={user}", f"--starttime={start}"]
         else:
             argv.append(f"--jobs={id_list}")
