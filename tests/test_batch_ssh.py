@@ -69,8 +69,9 @@ def test_batch_over_ssh(clean: dict[str, str], tmp_path: Path) -> None:
             time.sleep(0.1)
         # publication order of concurrent submissions is free: whichever runs holds the one slot
         long, late = sleepers if sleepers[0].state is JobState.RUNNING else sleepers[::-1]
-        # its entry may still be on its way to the remote queue (WAITING) when the other runs
-        while late.state is JobState.WAITING and time.monotonic() < deadline:
+        # its entry may still be on its way to the remote queue (WAITING, SUBMITTING) when the
+        # other runs
+        while late.state in (JobState.WAITING, JobState.SUBMITTING) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert late.state is JobState.PENDING  # cancelled while still queued
         late.cancel()

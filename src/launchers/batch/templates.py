@@ -596,6 +596,10 @@ def contexts(template: str) -> list[tuple[int, int, str, str]]:
     return _scan(template, "template").found
 
 
+#: how a newline of a value is written, by context, where a raw one could be joined away
+_NEWLINE_WORDS = {OUTSIDE: "'$'\\n''", SINGLE: "'$'\\n''", DOUBLE: "\"$'\\n'\"", ANSI_C: "\\n"}
+
+
 def _fill(template: str, found: list[tuple[int, int, str, str]], start: int, stop: int, quoted: dict[int, str]) -> str:
     parts = []
     last = start
@@ -638,6 +642,12 @@ def render(template: str, values: Mapping[str, Any], *, where: str = "template")
             line = template.count("\n", 0, start) + 1
             raise TemplateError(f"{where}, line {line}: the value of <<{name}>> {problem}")
         quoted[start] = quote(text, context)
+        if "\n" in text and context in _NEWLINE_WORDS and any(
+            d.body_start <= start < d.body_end and not d.quoted for d in scanner.heredocs
+        ):
+            # inside $(...) in a here-document body bash joins backslash-newline lines before
+            # any quoting applies: a newline of the value is written as $'\n' instead
+            quoted[start] = quoted[start].replace("\n", _NEWLINE_WORDS[context])
     for doc in scanner.heredocs:
         if not doc.names:
             continue
