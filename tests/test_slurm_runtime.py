@@ -377,3 +377,16 @@ def test_each_group_keeps_its_own_settings_on_a_shared_executor(cluster: dict[st
     assert "A=unset B=b" in jb.stdout_path.read_text()
     ex = a.executor()
     assert ex._group_of(jb).fatal_pending == "report" and ex._group_of(ja).fatal_pending == "cancel"
+
+
+def test_tracking_settings_give_groups_their_own_executor(cluster: dict[str, str]) -> None:
+    """``status_source`` and ``poll_max`` shape an executor's single tracker: a group that sets
+    them differently gets its own executor; groups that agree share one."""
+    a = make_launcher()
+    b = SlurmLauncher(group=SlurmGroup(id="sq", status_source="squeue"), options={"partition": "debug"})
+    c = SlurmLauncher(group=SlurmGroup(id="pm", poll_max=10), options={"partition": "debug"})
+    d = SlurmLauncher(group=SlurmGroup(id="other"), options={"partition": "debug"})
+    assert a.executor() is d.executor()
+    assert len({id(x.executor()) for x in (a, b, c)}) == 3
+    assert b.executor().status_source == "squeue"  # type: ignore[attr-defined]
+    assert c.executor().poll_max == 10.0  # type: ignore[attr-defined]

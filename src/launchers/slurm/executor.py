@@ -91,8 +91,16 @@ def _cluster_of(launcher: Any) -> str | None:
 
 
 def executor_key(launcher: Launcher) -> tuple[Any, ...]:
-    """``("slurm", connector, cluster)``."""
-    return ("slurm", getattr(launcher, "connector", "local") or "local", _cluster_of(launcher))
+    """``("slurm", connector, cluster)``, plus the group's ``status_source`` and ``poll_max``
+    when it sets them: those shape the one tracker of an executor, so groups that disagree on
+    them get executors of their own (the other group settings are read per job)."""
+    key: tuple[Any, ...] = ("slurm", getattr(launcher, "connector", "local") or "local", _cluster_of(launcher))
+    group = getattr(launcher, "group", None)
+    source = str(getattr(group, "status_source", "auto") or "auto").lower()
+    poll_max = getattr(group, "poll_max", None)
+    if source != "auto" or poll_max:
+        key += (source, poll_max)
+    return key
 
 
 def create_executor(launcher: Launcher) -> SlurmExecutor:
