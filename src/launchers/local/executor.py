@@ -429,13 +429,13 @@ while IFS=' ' read -r i pid start && IFS= read -r dir; do
 done
 """
 
-#: argv: SIGNAL (PID START)...: signal each process group whose leader has that start time.
+#: argv: SIGNAL; stdin: one "PID START" a line: signal each process group whose leader has that
+#: start time (on stdin, the command stays the same size whatever the number of jobs).
 _REMOTE_KILL = r"""sig=$1
-shift
-while [ $# -ge 2 ]; do
-    st=$(awk '{print $22}' /proc/$1/stat 2>/dev/null)
-    [ -n "$st" ] && [ "$st" = "$2" ] && kill -s "$sig" -- "-$1" 2>/dev/null
-    shift 2
+while read -r pid start; do
+    [ -n "$pid" ] || continue
+    st=$(awk '{print $22}' /proc/$pid/stat 2>/dev/null)
+    [ -n "$st" ] && [ "$st" = "$start" ] && kill -s "$sig" -- "-$pid" 2>/dev/null
 done
 exit 0
 """
@@ -642,7 +642,8 @@ class RemoteDirectExecutor(DirectExecutor):
         asyncio.get_running_loop().create_task(later())
 
     async def _remote_kill(self, sig: str, targets: list[str]) -> None:
-        res = await self.connector.run(["sh", "-c", _REMOTE_KILL, "sh", sig, *targets])
+        lines = "".join(f"{targets[i]} {targets[i + 1]}\n" for i in range(0, len(targets) - 1, 2))
+        res = await self.connector.run(["sh", "-c", _REMOTE_KILL, "sh", sig], input=lines.encode())
         if res.returncode != 0:
             raise LaunchersError(f"kill failed on {self.connector_name}: {res.stderr.strip()}")
 
