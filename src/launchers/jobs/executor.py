@@ -114,7 +114,8 @@ class StateUpdate:
 def update_from_rc(job: Job, *, cancelled: bool = False) -> StateUpdate | None:
     """The final update ``job.rc`` implies for this attempt, or None when there is none yet.
 
-    rc 0 and no signal: COMPLETED; after our cancel: CANCELLED; else FAILED with code/signal.
+    rc 0 and no signal: COMPLETED; ended by a signal after our cancel: CANCELLED; else FAILED
+    with code/signal (a job that failed on its own before the cancel reached it stays FAILED).
     An rc of another attempt (stale file) is ignored.
     """
     rc = read_rc(job.directory)
@@ -124,7 +125,7 @@ def update_from_rc(job: Job, *, cancelled: bool = False) -> StateUpdate | None:
         return None
     if rc.success:
         state, reason = JobState.COMPLETED, None
-    elif cancelled or job.cancel_requested:
+    elif (cancelled or job.cancel_requested) and rc.signalled:
         state, reason = JobState.CANCELLED, "cancelled on request"
     else:
         state = JobState.FAILED

@@ -145,7 +145,7 @@ class Job:
             if new_state is not None and rec.state.is_final and not new_state.is_final:
                 return False
             if new_state is not None and new_state.is_final and new_state is not rec.state:
-                settled = self._settled_elsewhere(new_state)
+                settled = self._settled_elsewhere(update)
                 if settled is not None:
                     if isinstance(settled, StateRecord):
                         self._record = settled
@@ -179,9 +179,13 @@ class Job:
             log.debug("%s: %s -> %s %s", self.task_id, rec.state.value, new.state.value, update.detail)
         return changed
 
-    def _settled_elsewhere(self, new_state: JobState) -> StateRecord | StateUpdate | None:
+    def _settled_elsewhere(self, update: StateUpdate) -> StateRecord | StateUpdate | None:
         """Before recording a final state, look at ``state.json``: another process (a second
-        tracker, ``launchers cancel``) may have recorded the end, or asked for a cancel."""
+        tracker, ``launchers cancel``) may have recorded the end, or asked for a cancel. A cancel
+        asked elsewhere turns an end it caused (a signal, no exit record) into ``CANCELLED``; a
+        job that failed on its own with an exit code, or that Slurm ended otherwise, keeps its
+        real state (spec slurm-runtime §7)."""
+        new_state = update.state
         try:
             disk = read_record(self.directory)
         except LaunchersError:
@@ -192,8 +196,8 @@ class Job:
             return disk
         if (
             disk.extra.get("cancel_requested") == disk.attempt
-            and new_state is not JobState.COMPLETED
-            and new_state is not JobState.CANCELLED
+            and (new_state is JobState.LOST
+                 or (new_state is JobState.FAILED and (update.signal is not None or update.exit_code is None)))
         ):
             self.cancel_requested = True
             return StateUpdate(state=JobState.CANCELLED, detail="cancelled by another process",

@@ -147,6 +147,13 @@ class RcRecord:
     def success(self) -> bool:
         return self.rc == 0 and not self.signal
 
+    @property
+    def signalled(self) -> bool:
+        """The wrapper saw a signal (it records one on TERM/INT, or when the task died of one):
+        after a cancel request this tells a cancel that took effect from a job that had already
+        failed on its own, whose real state is kept (spec slurm-runtime §7)."""
+        return self.signal is not None
+
 
 def _opt_int(value: Any) -> int | None:
     if value is None or value == "":

@@ -353,7 +353,7 @@ class UnicoreExecutor(RemoteOutputs, Executor):
         if status == "SUCCESSFUL" and (rc is None or rc.success):
             return StateUpdate(state=JobState.COMPLETED, detail="UNICORE SUCCESSFUL", slurm_state=status,
                                exit_code=0, reason="")
-        if job.cancel_requested:
+        if job.cancel_requested and (rc is None or rc.signalled):
             return StateUpdate(state=JobState.CANCELLED, detail=f"UNICORE {status}", slurm_state=status,
                                reason="cancelled on request", exit_code=exit_code if exit_code is not None else (rc.rc if rc else None))
         if rc is not None and not rc.success:

@@ -936,7 +936,7 @@ class SlurmExecutor(Executor):
         if rc is not None and self._rc_matches(job, rc):
             if rc.success:
                 return StateUpdate(state=JobState.COMPLETED, detail="job.rc", exit_code=0, reason="")
-            if job.cancel_requested:
+            if job.cancel_requested and rc.signalled:
                 return StateUpdate(state=JobState.CANCELLED, detail="job.rc", exit_code=rc.rc,
                                    signal=rc.signal, reason="cancelled on request")  # fmt: skip
             reason = f"killed by signal {rc.signal}" if rc.signal else f"exit code {rc.rc}"
