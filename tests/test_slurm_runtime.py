@@ -163,12 +163,23 @@ def test_submit_limit_waits_then_submits(cluster: dict[str, str], tmp_path: Path
     held = [j for j in jobs if any(h[1] == "WAITING" and h[2] == "submit limit" for h in j.record.history)]
     assert held, "no job was held by the submit limit"
     assert len({j.native_id for j in jobs}) == 4
-    # an array larger than the allowance is split until it fits, the rest waits
+    # an array larger than the allowance is sized to it (read with sacctmgr/squeue: no sbatch
+    # is refused), the rest waits with the limit named, then goes in
+    ex = L.executor()
+    assert isinstance(ex, sx.SlurmExecutor)
+    sbatch_before = ex.commands.get("sbatch", 0)
     with experiment(tmp_path / "arr", L):
         elements = L.submit_array([command(["sh", "-c", f"sleep 1; echo e{i}"]) for i in range(5)])
+        reasons: set[str] = set()
+        while not all(j.state.is_final for j in elements):
+            reasons.update(j.reason or "" for j in elements if j.state is JobState.WAITING)
+            time.sleep(0.05)
     assert [j.state for j in elements] == [JobState.COMPLETED] * 5
+    assert f"waiting: submit limit reached (MaxSubmitJobsPerUser=2 of QoS {qos}, 2 queued)" in reasons
     assert len({j.native_id for j in elements}) == 5
-    assert len({(j.native_id or "").split("_")[0] for j in elements}) >= 3
+    masters = {(j.native_id or "").split("_")[0] for j in elements}
+    assert len(masters) == 3  # 2 + 2 + 1
+    assert ex.commands.get("sbatch", 0) - sbatch_before == 3
 
 
 def fabricate(workdir: Path, argv: list[str], native_id: str, *, rc: dict[str, Any] | None) -> Path:

@@ -36,6 +36,7 @@ from ..jobs.record import RC, STDERR, STDOUT, iso_epoch, now_iso, parse_rc, subm
 from ..jobs.state import JobState
 from ..units import parse_slurm_time, slurm_time
 from . import parse as P
+from .limits import Allowance, allowance_command, parse_allowance
 from .script import (
     ArraySpec,
     ScriptSpec,
@@ -1154,12 +1155,25 @@ class SlurmExecutor(Executor):
         """Submit ``jobs`` (all WAITING, same launcher options) as arrays of at most
         ``MaxArraySize - 1`` elements; each element is tracked as ``ID_INDEX``.
 
-        A chunk refused for a submit limit is halved until it fits the allowance; a single
-        element still refused waits (WAITING) until one of our jobs leaves the queue or 60 s."""
+        With accounting, each chunk also fits the submit allowance read with ``sacctmgr`` and
+        ``squeue`` (:mod:`.limits`); with none left, the rest waits (WAITING) until one of our
+        jobs leaves the queue or 60 s. Without readable limits, a chunk refused for a submit
+        limit is halved until it fits; a single element still refused waits the same way."""
         pending = [j for j in jobs if not j.state.is_final]
         size = max(1, await self.max_array_size() - 1)
+        launcher = pending[0].launcher or self.launcher if pending else None
         while pending:
-            chunk = pending[:size]
+            allowance = await self.submit_allowance(launcher)
+            if allowance is not None and allowance.jobs <= 0:
+                for job in pending:
+                    await _apply(job, StateUpdate(state=JobState.WAITING, detail="submit limit",
+                                                  reason=f"waiting: submit limit reached ({allowance.limit})"))  # fmt: skip
+                event = self._slot_event()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(event.wait(), SUBMIT_LIMIT_WAIT)
+                pending = [j for j in pending if not j.cancel_requested and not j.state.is_final]
+                continue
+            chunk = pending[: size if allowance is None else min(size, allowance.jobs)]
             outcome = await self._submit_chunk(chunk, max_parallel)
             if outcome == P.SUBMIT_LIMIT:
                 if size > 1:
@@ -1174,6 +1188,24 @@ class SlurmExecutor(Executor):
                 pending = [j for j in pending if not j.cancel_requested and not j.state.is_final]
                 continue
             pending = pending[len(chunk) :]
+
+    async def submit_allowance(self, launcher: Any) -> Allowance | None:
+        """How many more jobs Slurm accepts from this user now (§8), or None: no accounting, no
+        limit, or limits that cannot be read (a rejection then teaches them)."""
+        if self._accounting is False:
+            return None
+        try:
+            user = (await self.user())[0]
+            res = await self._run(allowance_command(user, self.cluster))
+        except (ConnectorError, OSError) as e:
+            log.debug("submit limits not readable: %s", e)
+            return None
+        if res.returncode != 0:
+            return None
+        options = getattr(launcher, "options", None)
+        return parse_allowance(res.stdout, account=getattr(options, "account", None),
+                               qos=getattr(options, "qos", None),
+                               partition=getattr(options, "partition", None))  # fmt: skip
 
     async def _submit_chunk(self, jobs: list[Job], max_parallel: int | None) -> str:
         """One ``sbatch --array`` for ``jobs``; "ok", "failed" or ``P.SUBMIT_LIMIT``."""
