@@ -227,3 +227,25 @@ def test_reconcile_after_a_crash_adopts_the_tagged_job(unicore_server: UnicoreSe
     assert again is not first and again.state is JobState.COMPLETED
     assert len(server.jobs) == 1  # adopted, not submitted twice
     assert any("adopted by tag" in h[2] for h in again.record.history)
+
+
+def test_server_life_ends_with_stagingout(unicore_server: UnicoreServer) -> None:
+    """The loopback site follows UNICORE's life (remote-sites.md §4.1): ... -> RUNNING ->
+    STAGINGOUT -> SUCCESSFUL, seen by the real pyunicore client polling fast."""
+    from pyunicore.client import Client, Transport
+    from pyunicore.credentials import UsernamePassword
+
+    from remote_fixtures import UNICORE_USER
+
+    transport = Transport(UsernamePassword(UNICORE_USER, UNICORE_PASSWORD))
+    job = Client(transport, unicore_server.base_url).new_job({"Executable": "sleep 1", "Resources": {"Queue": "debug"}})
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    while not seen or seen[-1] not in ("SUCCESSFUL", "FAILED"):
+        assert time.monotonic() < deadline, seen
+        status = str(transport.get(url=job.resource_url)["status"])
+        if not seen or seen[-1] != status:
+            seen.append(status)
+        time.sleep(0.02)
+    assert seen[-2:] == ["STAGINGOUT", "SUCCESSFUL"], seen
+    assert "RUNNING" in seen and seen.index("RUNNING") < seen.index("STAGINGOUT"), seen

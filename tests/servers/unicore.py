@@ -79,6 +79,10 @@ def sbatch_lines(desc: dict[str, Any], workdir: Path) -> list[str]:
     return ["#SBATCH " + o for o in out]
 
 
+#: How long a job shows STAGINGOUT after its batch job ended (no exports to stage out here).
+STAGE_OUT_SECONDS = 0.2
+
+
 class UJob:
     """One UNICORE job on the server."""
 
@@ -95,6 +99,7 @@ class UJob:
         self.submitted = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.aborted = False
         self.lock = threading.Lock()
+        self.final: tuple[str, str | None, str] | None = None  # decided while STAGINGOUT shows
 
 
 class UnicoreServer(LoopbackServer):
@@ -356,7 +361,7 @@ class UnicoreServer(LoopbackServer):
             job.log.append(f"Submitted to batch system as {job.bss_id}")
 
     def refresh(self, job: UJob) -> None:
-        if job.bss_id == "N/A" or job.status in ("SUCCESSFUL", "FAILED"):
+        if job.bss_id == "N/A" or job.status in ("SUCCESSFUL", "FAILED", "STAGINGOUT"):
             return
         try:
             row = query_jobs([job.bss_id]).get(job.bss_id)
@@ -375,13 +380,22 @@ class UnicoreServer(LoopbackServer):
             code_file = job.workdir / "UNICORE_SCRIPT_EXIT_CODE"
             code = code_file.read_text().strip() if code_file.exists() else ""
             if code == "0":
-                job.status, job.exit_code = "SUCCESSFUL", "0"
-                job.status_message = ""
+                job.final = ("SUCCESSFUL", "0", "")
             else:
-                job.status = "FAILED"
-                job.exit_code = code or None
-                job.status_message = "Job was aborted by the user" if job.aborted else (
-                    f"Job failed: batch system state {state}" + (f", exit code {code}" if code else ""))
+                job.final = ("FAILED", code or None, "Job was aborted by the user" if job.aborted else (
+                    f"Job failed: batch system state {state}" + (f", exit code {code}" if code else "")))
+            # as UNICORE: the batch job's end is followed by STAGINGOUT (exports; none here, so
+            # brief), then the final status, whether or not anybody asks in between
+            job.status = "STAGINGOUT"
+            timer = threading.Timer(STAGE_OUT_SECONDS, self._finish, (job,))
+            timer.daemon = True
+            timer.start()
+
+    @staticmethod
+    def _finish(job: UJob) -> None:
+        with job.lock:
+            if job.final is not None:
+                job.status, job.exit_code, job.status_message = job.final
 
     def job_properties(self, job: UJob) -> dict[str, Any]:
         self.refresh(job)
