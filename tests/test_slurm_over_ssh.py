@@ -133,3 +133,24 @@ def test_job_tracked_across_an_sshd_outage(clean: dict[str, str], tmp_path: Path
         assert isinstance(conn, SSHConnector) and conn.connections_opened >= 2
     finally:
         server.kill()
+
+
+def test_array_sized_to_the_submit_allowance_over_ssh(clean: dict[str, str], tmp_path: Path) -> None:
+    """slurm-runtime.md §8 over SSH: the allowance (sacctmgr + squeue, one remote command) sizes
+    each chunk, so no sbatch is refused; the rest waits and goes in as elements leave."""
+    import subprocess
+
+    qos = "lnch_submit2"
+    subprocess.run(["sacctmgr", "-i", "add", "qos", qos, "MaxSubmitJobsPerUser=2"], capture_output=True)
+    subprocess.run(["sacctmgr", "-i", "modify", "user", "root", "set", f"qos+={qos}"], capture_output=True)
+    info = clean
+    conf = write_config(tmp_path, info, int(info["CLUSTER_SSH_PORT"]), info["CLUSTER_SSH_KNOWN_HOSTS"],
+                        workdir=str(tmp_path / "remote"))  # fmt: skip
+    L = launcher(conf).config(qos=qos)
+    with experiment(tmp_path / "exp", L):
+        elements = L.submit_array([command(["sh", "-c", f"sleep 1; echo e{i}"]) for i in range(5)])
+    assert [j.state for j in elements] == [JobState.COMPLETED] * 5
+    assert len({(j.native_id or "").split("_")[0] for j in elements}) == 3  # 2 + 2 + 1
+    cmds = executor_commands()
+    assert cmds.get("sbatch") == 3 and cmds.get("sh", 0) >= 3
+    assert "e4" in elements[4].stdout_path.read_text()
