@@ -1165,13 +1165,7 @@ class SlurmExecutor(Executor):
         while pending:
             allowance = await self.submit_allowance(launcher)
             if allowance is not None and allowance.jobs <= 0:
-                for job in pending:
-                    await _apply(job, StateUpdate(state=JobState.WAITING, detail="submit limit",
-                                                  reason=f"waiting: submit limit reached ({allowance.limit})"))  # fmt: skip
-                event = self._slot_event()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(event.wait(), SUBMIT_LIMIT_WAIT)
-                pending = [j for j in pending if not j.cancel_requested and not j.state.is_final]
+                pending = await self._wait_for_room(pending, f"waiting: submit limit reached ({allowance.limit})")
                 continue
             chunk = pending[: size if allowance is None else min(size, allowance.jobs)]
             outcome = await self._submit_chunk(chunk, max_parallel)
@@ -1179,15 +1173,19 @@ class SlurmExecutor(Executor):
                 if size > 1:
                     size = max(1, min(size, len(chunk)) // 2)
                     continue
-                for job in chunk:
-                    await _apply(job, StateUpdate(state=JobState.WAITING, detail="submit limit",
-                                                  reason="waiting: submit limit reached"))  # fmt: skip
-                event = self._slot_event()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(event.wait(), SUBMIT_LIMIT_WAIT)
-                pending = [j for j in pending if not j.cancel_requested and not j.state.is_final]
+                pending = await self._wait_for_room(pending, "waiting: submit limit reached", chunk)
                 continue
             pending = pending[len(chunk) :]
+
+    async def _wait_for_room(self, pending: list[Job], reason: str, shown: list[Job] | None = None) -> list[Job]:
+        """Array elements held by a submit limit: ``shown`` (default all) become WAITING with
+        ``reason``; wait until one of our jobs leaves the queue, or 60 s; the ones still to go."""
+        for job in pending if shown is None else shown:
+            await _apply(job, StateUpdate(state=JobState.WAITING, detail="submit limit", reason=reason))
+        event = self._slot_event()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(event.wait(), SUBMIT_LIMIT_WAIT)
+        return [j for j in pending if not j.cancel_requested and not j.state.is_final]
 
     async def submit_allowance(self, launcher: Any) -> Allowance | None:
         """How many more jobs Slurm accepts from this user now (§8), or None: no accounting, no
