@@ -154,6 +154,11 @@ def test_many_jobs_status_in_flight_is_bounded(unicore_server: UnicoreServer, tm
         jobs = [command(["bash", "-c", f"sleep 1; echo job {i}"]).submit() for i in range(12)]
         slow = command(["sleep", "300"]).submit()
         deadline = time.monotonic() + 30
+        while any(j.native_id is None for j in [*jobs, slow]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # from here on only the status polls GET the jobs (a submission GETs its job too)
+        with server.lock:
+            server.max_job_gets_in_flight = server._job_gets_in_flight
         while slow.state.value != "RUNNING" and time.monotonic() < deadline:
             time.sleep(0.2)
         slow.cancel()
