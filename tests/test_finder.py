@@ -679,3 +679,12 @@ def test_disabled_local_group_and_empty_search() -> None:
     config = cfg("local:\n  - {id: down, disabled: true}\n")
     with pytest.raises(LauncherNotFoundError, match="group is disabled"):
         find_launcher("cpu()", config=config)
+
+
+def test_not_found_error_has_its_message_in_args() -> None:
+    """``LauncherNotFoundError`` builds its explanation when read, but ``args`` is as for any
+    exception: ``(message,)``."""
+    cfg = load_config_text("local:\n  - id: box\n    cpu: {cores: 2}\n")
+    with pytest.raises(LauncherNotFoundError) as e:
+        find_launcher("cpu(cores=64)", config=cfg)
+    assert e.value.args == (str(e.value),) and "no launcher can run" in e.value.args[0]

@@ -356,3 +356,29 @@ def test_limits_are_errors_not_hangs() -> None:
     assert "alternatives" in str(_error(f"{group} & {group} & {group}"))
     assert "at most 1024 GPUs" in str(_error("((cuda()*1024)*1024)*1024"))
     assert "1024 GPUs" in str(_error(" & ".join(["cuda()*512"] * 3)))
+
+
+@pytest.mark.parametrize(
+    ("text", "column", "start", "expected"),
+    [
+        ("cuda(model=A100)", 6, "unknown key 'model' in cuda(...)", ("'mem='",)),
+        ("cuda(mem=big)", 10, "mem= needs a size", ("a size such as 24G",)),
+        ("cpu(cores=many)", 11, "cores= needs a whole number of cores", ("a whole number of cores such as 4",)),
+        ("duration=long", 10, "duration= needs a duration", ("a duration such as 4h",)),
+        ("cpu(cores=2, cores=8)", 14, "key 'cores' repeated", ("'mem='", "')'")),
+        ("cpu(cores=0)", 11, "cores=0: cores must be at least 1", ("a whole number of cores such as 4",)),
+    ],
+)
+def test_value_errors_say_where_and_what_was_expected(text: str, column: int, start: str,
+                                                      expected: tuple[str, ...]) -> None:
+    """finder §1: every syntax error shows the column and what was expected there; a key the
+    language does not know is reported at the key even when its value starts with a word."""
+    e = _error(text)
+    assert (e.line, e.column) == (1, column) and e.reason.startswith(start), e
+    assert e.expected == expected and "expected one of: " in str(e)
+
+
+def test_decimals_without_a_leading_or_trailing_digit() -> None:
+    """'integer or decimal': .5 and 2. read as Python's float() does, in strings and builders."""
+    assert parse("duration=.5h") == parse("duration=30m") == parse(duration(".5h"))
+    assert parse("cpu(mem=2.G)") == parse("cpu(mem=2G)")

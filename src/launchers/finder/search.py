@@ -402,8 +402,16 @@ class LauncherNotFound(LauncherNotFoundError):
             head = "no launcher can run " + " | ".join(str(a) for a in self.alternatives)
             explained = search(self.alternatives, self.config, self.tags, explain=True)
             self._text = f"{head}\n{explained.explanation.text()}"
-            self.args = (self._text,)
         return self._text
+
+    @property
+    def args(self) -> tuple[str]:
+        """``(message,)`` as for any exception, the message built on first read."""
+        return (str(self),)
+
+    @args.setter
+    def args(self, value: tuple[object, ...]) -> None:
+        """Ignored: the message is always the explanation."""
 
     def __repr__(self) -> str:
         return f"LauncherNotFoundError({str(self)!r})"

@@ -44,6 +44,10 @@ _ATOMS = "duration=..., cuda(...) or cpu(...)"
 _KEYS = {"cuda": ("mem",), "cpu": ("mem", "cores")}
 _SIZE_EXAMPLE = "a size such as 24G"
 _DURATION_EXAMPLE = "a duration such as 4h"
+_AT_MOST_GPUS = (f"at most {MAX_GPUS} GPUs in one alternative",)
+_CORES_EXAMPLE = "a whole number of cores such as 4"
+_SIZE_UNIT = "a size unit: B, K, M, G, T, KiB, MiB, GiB, TiB, KB, MB, GB or TB"
+_DURATION_UNIT = "a duration unit: s, m, h, d or w (or sec, min, hour, day, week)"
 
 
 class _Fail(Exception):
@@ -56,14 +60,30 @@ class _Fail(Exception):
         self.expected = expected
 
 
+class _Word:
+    """A value that starts with a word (``model=A100``): kept so that an unknown key is reported
+    at the key, and a known key's value is told what it should look like."""
+
+    def __init__(self, token: Token) -> None:
+        self.token = token
+
+
+def _word_fail(key: str, parts: list[Any], what: str, expected: str) -> None:
+    """A value of ``key`` that starts with a word instead of a number."""
+    if parts and isinstance(parts[0], _Word):
+        raise _Fail(f"{key}= needs {what}", parts[0].token, (expected,))
+
+
 def _number(tok: Token) -> Fraction:
     return Fraction(str(tok))
 
 
 def _size(key: Token, parts: list[Any]) -> int:
     """Bytes from the (number, unit) tokens of ``mem=...``: exactly one number with a unit."""
+    _word_fail(str(key), parts, "a size: a number and a unit, such as 24G", _SIZE_EXAMPLE)
     if len(parts) != 2:
-        raise _Fail("a size is one number and one unit, such as 24G or 1.5GiB", parts[2])
+        raise _Fail("a size is one number and one unit, such as 24G or 1.5GiB", parts[2],
+                    ("',' or ')' after the unit",))  # fmt: skip
     number, unit = parts
     if unit is None:
         raise _Fail(
@@ -78,12 +98,14 @@ def _size(key: Token, parts: list[Any]) -> int:
             f"unknown size unit {str(unit)!r}; use B, K/M/G/T (binary, as in Slurm), "
             "KiB/MiB/GiB/TiB or KB/MB/GB/TB (decimal)",
             unit,
+            (_SIZE_UNIT,),
         )
     return math.ceil(_number(number) * factor)
 
 
 def _duration(parts: list[Any]) -> int:
     """Seconds from ``4 days`` or ``1h30m`` (parts in decreasing units, each with a unit)."""
+    _word_fail("duration", parts, "a duration: a number and a unit, such as 4h", _DURATION_EXAMPLE)
     total = Fraction(0)
     previous = 0
     for i in range(0, len(parts), 2):
@@ -101,12 +123,14 @@ def _duration(parts: list[Any]) -> int:
                 f"unknown duration unit {str(unit)!r}; use s/sec/second(s), m/min/minute(s), "
                 "h/hour(s), d/day(s) or w/week(s)",
                 unit,
+                (_DURATION_UNIT,),
             )
         if previous and factor >= previous:
             raise _Fail(
                 "in a duration of several parts (such as 1h30m), each unit must be smaller than "
                 "the one before",
                 unit,
+                ("a unit smaller than the one before",),
             )
         previous = factor
         total += _number(number) * factor
@@ -142,18 +166,19 @@ class _Build(Transformer[Token, RequirementUnion]):
                 memory = max(memory, c.cpu.memory)
                 gpus += c.cuda_gpus
             if len(gpus) > MAX_GPUS:
-                raise _Fail(f"more than {MAX_GPUS} GPUs in one alternative", None)
+                raise _Fail(f"more than {MAX_GPUS} GPUs in one alternative", None, _AT_MOST_GPUS)
             return HostRequirement(duration, CPURequest(memory, cores), gpus)
         value = children[0]
         for c in children[1:]:
             if len(value.requirements) * len(c.requirements) > MAX_ALTERNATIVES:
                 raise _Fail(
-                    f"more than {MAX_ALTERNATIVES} alternatives after distributing '&'", None
+                    f"more than {MAX_ALTERNATIVES} alternatives after distributing '&'", None,
+                    (f"at most {MAX_ALTERNATIVES} alternatives",),
                 )
             value = value & c
         for alt in value.requirements:
             if len(alt.cuda_gpus) > MAX_GPUS:
-                raise _Fail(f"more than {MAX_GPUS} GPUs in one alternative", None)
+                raise _Fail(f"more than {MAX_GPUS} GPUs in one alternative", None, _AT_MOST_GPUS)
         return value
 
     def repeat(self, children: list[Any]) -> Requirement:
@@ -168,9 +193,10 @@ class _Build(Transformer[Token, RequirementUnion]):
                 f"*{count}: the GPU count must be at least 1", count, ("a count such as 2",)
             )
         if n * max(len(alt.cuda_gpus) for alt in value.requirements) > MAX_GPUS:
-            raise _Fail(f"*{count}: at most {MAX_GPUS} GPUs in one alternative", count)
+            raise _Fail(f"*{count}: at most {MAX_GPUS} GPUs in one alternative", count,
+                        (f"a count of at most {MAX_GPUS}",))  # fmt: skip
         if not _gpus_only(value):
-            raise _Fail(REPEAT_NEEDS_GPUS, star)
+            raise _Fail(REPEAT_NEEDS_GPUS, star, ("'*' only after cuda(...)",))
         result: Requirement = value * n
         return result
 
@@ -181,6 +207,9 @@ class _Build(Transformer[Token, RequirementUnion]):
                 raise _Fail(f"{name} takes arguments: write {name}(...)", name, (f"'{name}('",))
             raise _Fail(_unknown_atom(name), name, _atom_names())
         return HostRequirement(duration=_duration(children[1:]))
+
+    def word_value(self, children: list[Any]) -> _Word:
+        return _Word(children[0])
 
     def argument(self, children: list[Any]) -> tuple[Token, list[Any]]:
         return children[0], children[1:]
@@ -208,7 +237,8 @@ class _Build(Transformer[Token, RequirementUnion]):
                     tuple(f"'{k}='" for k in keys),
                 )
             if key in seen:
-                raise _Fail(f"key {str(key)!r} repeated in {name}(...)", key)
+                others = (*(f"'{k}='" for k in keys if k not in seen), "')'")
+                raise _Fail(f"key {str(key)!r} repeated in {name}(...)", key, others)
             seen[key] = key
             if key == "mem":
                 memory = _size(key, parts)
@@ -220,15 +250,16 @@ class _Build(Transformer[Token, RequirementUnion]):
 
 
 def _cores(key: Token, parts: list[Any]) -> int:
+    _word_fail(str(key), parts, "a whole number of cores, such as cores=4", _CORES_EXAMPLE)
     number, unit = parts[0], parts[1]
     if len(parts) != 2 or unit is not None:
         bad = unit if unit is not None else parts[2]
-        raise _Fail("cores is a whole number without unit, such as cores=4", bad)
+        raise _Fail("cores is a whole number without unit, such as cores=4", bad, ("',' or ')'",))
     if "." in number:
-        raise _Fail(f"cores={number}: cores must be a whole number", number)
+        raise _Fail(f"cores={number}: cores must be a whole number", number, (_CORES_EXAMPLE,))
     n = int(number)
     if n < 1:
-        raise _Fail(f"cores={number}: cores must be at least 1", number)
+        raise _Fail(f"cores={number}: cores must be at least 1", number, (_CORES_EXAMPLE,))
     return n
 
 
@@ -488,8 +519,8 @@ def _human_expected(expected: set[str], ctx: _Context) -> tuple[str, ...]:
         if name == "_LPAR" and ctx.last == "duration":
             continue
         if name == "WORD":
-            if optional_only:
-                continue  # a unit after a number: optional, not worth listing
+            if optional_only or ctx.last == "=":
+                continue  # a unit after a number: optional; a value never starts with a word
             if ctx.call in _KEYS and ctx.last in ("(", ","):
                 out.extend(f"'{k}='" for k in _KEYS[ctx.call])
             else:
