@@ -82,3 +82,42 @@ def test_cancel_asked_by_another_process_keeps_real_ends(tmp_path: Path, update:
     mine.apply(update)
     assert mine.state is state
     assert read_record(tmp_path).state is state  # type: ignore[union-attr]
+
+
+def test_unknown_slurm_state_keeps_the_job_until_its_exit_record_ends_it(caplog: pytest.LogCaptureFixture) -> None:
+    """slurm-runtime §6: an unknown state is warned about and changes nothing, but ``job.rc``
+    can still end the job (here with its own exit code)."""
+    from launchers.config.model import SlurmGroup
+    from launchers.jobs.record import RcRecord
+    from launchers.slurm.executor import Row, SlurmExecutor
+    from launchers.slurm.launcher import SlurmLauncher
+
+    ex = SlurmExecutor(SlurmLauncher(group=SlurmGroup(id="u")))
+    job = types.SimpleNamespace(native_id="77", attempt=1, cancel_requested=False, runtime={},
+                                state=JobState.RUNNING, launcher=None)  # fmt: skip
+    row = Row("77", "WEIRD_NEW_STATE", "", source="sacct")
+    assert ex._from_row(job, row, None, time.time()) is None  # type: ignore[arg-type]
+    rc = RcRecord(rc=3, signal=None, attempt=1, native_id="77")
+    update = ex._from_row(job, row, rc, time.time())  # type: ignore[arg-type]
+    assert update is not None and update.state is JobState.FAILED and update.exit_code == 3
+
+
+def test_an_unreadable_line_leaves_only_its_job_unchanged() -> None:
+    """slurm-runtime §5: one bad line leaves only that job unchanged (not taken for gone);
+    output with no readable line at all is a failed query, which changes nothing."""
+    from launchers.config.model import SlurmGroup
+    from launchers.errors import ConnectorError
+    from launchers.slurm.executor import UNREADABLE, SlurmExecutor
+    from launchers.slurm.launcher import SlurmLauncher
+
+    ex = SlurmExecutor(SlurmLauncher(group=SlurmGroup(id="u")))
+    rows = ex._squeue_rows("11|11|RUNNING|None\n12|12\nsqueue: warning: something\n")
+    assert rows["11"].state == "RUNNING" and rows["12"].source == UNREADABLE
+    job = types.SimpleNamespace(native_id="12", attempt=1, cancel_requested=False, runtime={},
+                                state=JobState.RUNNING, launcher=None)  # fmt: skip
+    assert ex._from_row(job, rows["12"], None, time.time()) is None  # type: ignore[arg-type]
+    sacct = ex._sacct_rows("21|21|COMPLETED|0:0|2026-01-01T00:00:00|x|y|None\n22|22|RUNN")
+    assert sacct["21"].state == "COMPLETED" and sacct["22"].source == UNREADABLE
+    with pytest.raises(ConnectorError, match="nothing readable"):
+        ex._squeue_rows("garbage|line\n")
+    assert ex._squeue_rows("squeue: only a message\n") == {}

@@ -104,6 +104,21 @@ def test_cancels_are_batched(tmp_path: Path) -> None:
     assert ex.cancels == [[j.task_id for j in jobs]]
 
 
+def test_cancels_arriving_one_by_one_are_still_one_call(tmp_path: Path) -> None:
+    """Requests that keep coming (each recorded and fsynced before the next, slower than the
+    0.1 s gather window in all) still make one call: the window moves with each request."""
+    ex = Scripted()
+    ex.poll_min = ex.poll_max = 0.5
+    jobs = _jobs(tmp_path, ex, 8)
+    run_sync(_add_all(ex, jobs))
+    for j in jobs:
+        j.cancel()
+        time.sleep(0.05)  # 0.4 s in all
+    for j in jobs:
+        assert j.wait(5) is JobState.CANCELLED
+    assert ex.cancels == [[j.task_id for j in jobs]]
+
+
 def test_progress_lines(tmp_path: Path) -> None:
     ex = Scripted()
     jobs = _jobs(tmp_path, ex, 3)

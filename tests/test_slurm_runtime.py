@@ -229,6 +229,23 @@ def test_array(cluster: dict[str, str], tmp_path: Path) -> None:
     assert len(arrays) == 1 and (arrays[0] / "index").read_text().splitlines() == [str(j.directory) for j in jobs]
 
 
+def test_array_block_keeps_each_launchers_options(cluster: dict[str, str], tmp_path: Path) -> None:
+    """Tasks submitted in one array() block with two configurations of the launcher go in as one
+    array per configuration, each with its own options (slurm-runtime §8)."""
+    L = make_launcher()
+    short = L.config(time="00:02:00")
+    with experiment(tmp_path, L), sx.array(L):
+        a = command(["true", "a"]).submit()
+        b = command(["true", "b"]).submit(launcher=short)
+        c = command(["true", "c"]).submit()
+    assert [j.state for j in (a, b, c)] == [JobState.COMPLETED] * 3
+    assert a.native_id and b.native_id and c.native_id
+    assert a.native_id.split("_")[0] == c.native_id.split("_")[0] != b.native_id.split("_")[0]
+    scripts = sorted(f.read_text() for f in (tmp_path / "arrays").glob("*/*.sh"))
+    assert len(scripts) == 2
+    assert sorted("--time=00:02:00" in t for t in scripts) == [False, True]
+
+
 CLIENT = textwrap.dedent(
     """
     import sys

@@ -316,3 +316,40 @@ def test_requeue_counts_every_extra_attempt(tmp_path: Path, attempt: int, requeu
     assert (log.exists() and "requeue 777" in log.read_text()) is requeued
     assert ("requeue after USR1" in (job / "job.err").read_text()) is requeued
     assert (job / "job.rc").exists() is not requeued
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"partition": "a\nb"}, "--partition: the value 'a\\nb' contains a newline"),
+        ({"env": {"1X": "v"}}, "env: '1X' is not a valid variable name"),
+        ({"resume_signal": "FOO"}, "resume_signal: 'FOO' is not a usable signal"),
+    ],
+)
+def test_bad_script_values_raise_at_submit_before_any_record(
+    tmp_path: Path, change: dict[str, object], message: str
+) -> None:
+    """§3: a value no script can carry is a ``ScriptError`` from ``submit()``, naming the option,
+    and nothing is recorded (no job directory), rather than a job that fails in the background."""
+    from launchers import SlurmLauncher, command, experiment
+    from launchers.config.model import SlurmGroup
+
+    launcher = SlurmLauncher(group=SlurmGroup(id="v"), options={"partition": "debug"}).config(**change)
+    with experiment(tmp_path / "xp", launcher, progress=False), pytest.raises(ScriptError) as e:
+        command(["true"]).submit()
+    assert message in str(e.value)
+    assert not list((tmp_path / "xp").glob("jobs/*/*"))
+
+
+def test_clean_env_wrapper_drops_what_sbatch_reads_as_options() -> None:
+    """Over a connector, sbatch runs under a small sh wrapper that unsets SBATCH_*, SALLOC_*,
+    SRUN_* and SLURM_* but SLURM_CONF there (§3), as the local path does in the child's env."""
+    from launchers.slurm.executor import _CLEAN_ENV
+
+    env = {"PATH": os.environ["PATH"], "SBATCH_TIMELIMIT": "5", "SALLOC_PARTITION": "p", "SRUN_CPUS_PER_TASK": "2",
+           "SLURM_JOB_ID": "3", "SLURM_CONF": "/etc/slurm.conf", "KEEP": "a\nSBATCH_FAKE=1"}  # fmt: skip
+    out = subprocess.run(["sh", "-c", _CLEAN_ENV, "sh", "env"], env=env, capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    names = {line.split("=", 1)[0] for line in out.splitlines() if "=" in line}
+    assert {"SBATCH_TIMELIMIT", "SALLOC_PARTITION", "SRUN_CPUS_PER_TASK", "SLURM_JOB_ID"}.isdisjoint(names)
+    assert "SLURM_CONF" in names and "KEEP" in names and "a\nSBATCH_FAKE=1" in out

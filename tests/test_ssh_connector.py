@@ -425,7 +425,7 @@ def test_changed_key_refused_with_hint(sandbox: dict[str, str], tmp_path: Path, 
         run(using(c, lambda c: c.run(["true"])))
     msg = str(err.value)
     assert "HOST KEY CHANGED" in msg and real_fp in msg
-    assert f"ssh-keygen -f {kh} -R '[127.0.0.1]:{port}'" in msg
+    assert f"ssh-keygen -R '[127.0.0.1]:{port}' -f {kh}" in msg
     assert kh.read_text().count("\n") == 1  # not overwritten
 
 

@@ -117,3 +117,20 @@ def test_tokens_across_processes(tmp_path: Path) -> None:
     assert spans[0][1] <= spans[1][0], f"the two jobs overlapped: {spans}"
     assert tokens.held("gpu") == (0, [])
     assert not list((tokens.token_dir("gpu") / "holders").iterdir())
+
+
+def test_more_than_total_in_the_file_loads_and_is_refused_at_submission(tmp_path: Path) -> None:
+    """slurm-runtime §11: n > N is an error at submission (N may still be raised), not at load."""
+    cfg = load_config(_config(tmp_path, total=2, need=3))
+    launcher = DirectLauncher(group=cfg.groups[0])  # type: ignore[arg-type]
+    with experiment(tmp_path / "xp", launcher), pytest.raises(LaunchersError, match="needs 3 units"):
+        command(["true"]).submit()
+
+
+def test_tokens_on_a_remote_group_built_in_code_are_a_configuration_error(tmp_path: Path) -> None:
+    from launchers.config.model import LocalGroup
+    from launchers.errors import ConfigurationError
+
+    launcher = DirectLauncher(group=LocalGroup(id="x", connector="cl", tokens=(("a", 1),)))
+    with experiment(tmp_path / "xp", launcher), pytest.raises(ConfigurationError, match="only with the local"):
+        command(["true"]).submit()

@@ -622,13 +622,8 @@ class _Builder:
                         f"unknown token {name!r}: declare it under the top-level tokens: or "
                         f"in tokens.yaml (declared: {known}){did_you_mean(name, self.tokens)}",
                     )
-                elif name in self.tokens and tokens.values[name] > self.tokens[name]:
-                    self.r.problem(
-                        tokens.locs[name],
-                        join(tokens.path, name),
-                        f"asks {tokens.values[name]} units of token {name!r}, which has only "
-                        f"{self.tokens[name]}",
-                    )
+                # n > N is refused at submission, not here: N is read at each acquire, so a total
+                # raised in tokens.yaml later takes effect without reloading this file
         return LocalGroup(
             connector=connector,
             **common,

@@ -227,7 +227,7 @@ class _HostKeyCheck:
                 f"offered {alg} key {fp}, which does not match the key recorded in "
                 f"{self.path}. Someone may be intercepting the connection, or the host was "
                 f"reinstalled. If you trust the new key, remove the old one with: "
-                f"ssh-keygen -f {shlex.quote(self.path)} -R {shlex.quote(pattern)}"
+                f"ssh-keygen -R {shlex.quote(pattern)} -f {shlex.quote(self.path)}"
             )
             return False
         if self.policy != "accept-new":

@@ -45,7 +45,6 @@ Design note (read this before writing an executor)
 from __future__ import annotations
 
 import abc
-import asyncio
 import importlib
 import json
 import logging
@@ -57,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import LaunchersError
+from .loop import background
 from .record import StateRecord, read_rc
 from .state import JobState
 
@@ -183,7 +183,7 @@ class Executor(abc.ABC):
 
     def _begin(self, job: Job, reconcile: bool) -> None:
         self.tracker.add(job)
-        asyncio.get_running_loop().create_task(self._submit_guarded(job, reconcile))
+        background(self._submit_guarded(job, reconcile))
 
     async def _submit_guarded(self, job: Job, reconcile: bool) -> None:
         try:

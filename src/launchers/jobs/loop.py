@@ -55,6 +55,19 @@ def spawn(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
     return asyncio.run_coroutine_threadsafe(coro, get_loop())
 
 
+#: Tasks started with ``background``: the loop keeps only weak references to tasks, so one
+#: nobody awaits could be garbage-collected before it ends.
+_background: set[asyncio.Task[Any]] = set()
+
+
+def background(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+    """Start ``coro`` on the running loop without awaiting it, keeping it alive until it ends."""
+    task = asyncio.get_running_loop().create_task(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return task
+
+
 def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     """Run ``coro`` on the background loop and wait for its result (not from the loop thread)."""
     if in_loop_thread():

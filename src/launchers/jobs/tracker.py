@@ -34,8 +34,11 @@ BACKOFF = 1.5
 BURST_GAP = 0.5
 BURST_MAX = 5.0
 DEFAULT_POLL_TIMEOUT = 30.0
-#: Seconds during which cancel requests are gathered into one ``executor.cancel`` call.
+#: Cancel requests are gathered into one ``executor.cancel`` call until none came for
+#: ``CANCEL_GATHER`` s (``xp.cancel()`` records each request, fsynced, one after the other),
+#: for at most ``CANCEL_GATHER_MAX`` s after the first.
 CANCEL_GATHER = 0.1
+CANCEL_GATHER_MAX = 2.0
 
 
 class Tracker:
@@ -51,6 +54,7 @@ class Tracker:
         self._outage_since: float | None = None
         self._poll_now = False
         self._cancel_due = 0.0
+        self._cancel_first = 0.0
         #: Number of ``poll`` calls made (for tests and benchmarks).
         self.cycles = 0
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
@@ -75,8 +79,10 @@ class Tracker:
 
     def _add_cancel(self, job: Job) -> None:
         first = not self._cancels
+        now = time.monotonic()
         if first:
-            self._cancel_due = time.monotonic() + CANCEL_GATHER
+            self._cancel_first = now
+        self._cancel_due = min(self._cancel_first + CANCEL_GATHER_MAX, now + CANCEL_GATHER)
         self._cancels[id(job)] = job
         self.jobs.setdefault(id(job), job)
         self._ensure_running()
@@ -111,8 +117,8 @@ class Tracker:
             if not self.jobs and not self._cancels:
                 self._task = None
                 return
-            if self._cancels and time.monotonic() < self._cancel_due:
-                await asyncio.sleep(self._cancel_due - time.monotonic())
+            while self._cancels and (left := self._cancel_due - time.monotonic()) > 0:
+                await asyncio.sleep(left)  # later requests move the due time
             changed = False
             if self._cancels and time.monotonic() >= self._cancel_due:
                 await self._send_cancels()

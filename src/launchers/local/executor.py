@@ -22,9 +22,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import LaunchersError
+from ..errors import ConfigurationError, LaunchersError
 from ..fsutil import atomic_write_bytes, atomic_write_text
 from ..jobs.executor import Executor, StateUpdate, update_from_rc
+from ..jobs.loop import background
 from ..jobs.proc import ProcessId
 from ..jobs.record import RcRecord, now_iso, read_rc
 from ..jobs.state import JobState
@@ -159,7 +160,7 @@ class DirectExecutor(Executor):
         if not isinstance(group, LocalGroup):
             return
         if group.connector != "local" and group.tokens:
-            raise LaunchersError(
+            raise ConfigurationError(
                 f"local group {group.label}: counter tokens work only with the local connector"
             )
         if group.tokens:
@@ -464,7 +465,7 @@ class RemoteDirectExecutor(DirectExecutor):
     and results are copied back to the local job directory when a job ends."""
 
     poll_min = 1.0
-    poll_max = 10.0
+    poll_max = 1.0  # "state, checked every second" (§10): one remote command per second for all jobs
 
     def __init__(self, key: Any, connector: str, config_file: str | None) -> None:
         super().__init__(key)
@@ -518,7 +519,7 @@ class RemoteDirectExecutor(DirectExecutor):
         self._ensure_waiter()
 
     def _try_start(self, job: Job, tokens: dict[str, int], group: LocalGroup) -> ProcessId | str | None:
-        asyncio.get_running_loop().create_task(self._start_remote(job, group))
+        background(self._start_remote(job, group))
         return None
 
     async def _start_remote(self, job: Job, group: LocalGroup) -> None:
@@ -618,7 +619,7 @@ class RemoteDirectExecutor(DirectExecutor):
             atomic_write_bytes(job.directory / name, data)
 
     async def cancel(self, jobs: Sequence[Job]) -> None:
-        targets: list[str] = []
+        by_grace: dict[float, list[str]] = {}  # SIGKILL after each job's group's kill_grace
         for job in jobs:
             if job in self._queue:
                 self._queue.remove(job)
@@ -627,19 +628,23 @@ class RemoteDirectExecutor(DirectExecutor):
                 continue
             proc = ProcessId.from_json(job.record.extra.get("process"))
             if proc is not None:
-                targets += [str(proc.pid), str(proc.start)]
-        if not targets:
+                grace = getattr(getattr(job.launcher, "group", None), "kill_grace", None)
+                by_grace.setdefault(self.kill_grace if grace is None else float(grace), []).extend(
+                    [str(proc.pid), str(proc.start)]
+                )
+        if not by_grace:
             return
-        await self._remote_kill("TERM", targets)
+        await self._remote_kill("TERM", [t for targets in by_grace.values() for t in targets])
 
-        async def later() -> None:
-            await asyncio.sleep(self.kill_grace)
+        async def later(grace: float, targets: list[str]) -> None:
+            await asyncio.sleep(grace)
             try:
                 await self._remote_kill("KILL", targets)
             except Exception as e:
                 log.warning("SIGKILL after the grace period failed: %s", e)
 
-        asyncio.get_running_loop().create_task(later())
+        for grace, targets in by_grace.items():
+            background(later(grace, targets))
 
     async def _remote_kill(self, sig: str, targets: list[str]) -> None:
         lines = "".join(f"{targets[i]} {targets[i + 1]}\n" for i in range(0, len(targets) - 1, 2))

@@ -14,12 +14,13 @@ import hashlib
 import logging
 import os
 import random
+import re
 import shlex
 import signal as signal_module
 import sys
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,7 @@ from ..connectors.local import LocalConnector
 from ..errors import ConnectorError, LaunchersError, ScriptError, SubmissionError
 from ..fsutil import atomic_write_bytes
 from ..jobs.executor import Executor, StateUpdate
-from ..jobs.loop import blocking
+from ..jobs.loop import background, blocking
 from ..jobs.record import RC, STDERR, STDOUT, iso_epoch, now_iso, parse_rc, submitting_since
 from ..jobs.state import JobState
 from ..units import parse_slurm_time, slurm_time
@@ -40,6 +41,8 @@ from .limits import Allowance, allowance_command, parse_allowance
 from .script import (
     ArraySpec,
     ScriptSpec,
+    check_env,
+    check_launcher_values,
     index_text,
     job_name,
     render_array_script,
@@ -51,9 +54,18 @@ from .states import SlurmStatus, UnknownStateWarner, cancel_reason, is_fatal_rea
 if TYPE_CHECKING:
     from ..jobs.job import Job
     from ..jobs.record import RcRecord
+    from ..jobs.task import Task
     from ..launcher import Launcher
 
 log = logging.getLogger("launchers.slurm")
+#: Runs "$@" without SBATCH_*, SALLOC_*, SRUN_* and SLURM_* (but SLURM_CONF) on the cluster side
+#: (POSIX sh and sed; ``command unset`` so that a read-only variable cannot end the shell).
+_CLEAN_ENV = (
+    "for v in $(env | sed -n -e 's/^\\(SBATCH_[A-Za-z0-9_]*\\)=.*/\\1/p' "
+    "-e 's/^\\(SALLOC_[A-Za-z0-9_]*\\)=.*/\\1/p' -e 's/^\\(SRUN_[A-Za-z0-9_]*\\)=.*/\\1/p' "
+    "-e 's/^\\(SLURM_[A-Za-z0-9_]*\\)=.*/\\1/p'); do "
+    '[ "$v" = SLURM_CONF ] || command unset "$v" 2>/dev/null; done; exec "$@"'
+)
 #: retry jitter from a generator of our own: the global one is the user's (seeded runs)
 _JITTER = random.Random()
 
@@ -139,6 +151,28 @@ def _slurm_time(text: str | None) -> str | None:
     return datetime.fromtimestamp(t, timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
+#: ``Row.source`` of a job whose line of output could not be read.
+UNREADABLE = "unreadable"
+_LEADING_ID = re.compile(r"\s*(\d+(?:_\d+)?)\s*$")
+
+
+def _unreadable(command: str, bad: Sequence[str], any_read: bool) -> dict[str, Row]:
+    """Rows standing for the jobs named by lines that could not be read: those jobs stay
+    unchanged for the cycle, not taken for gone (§5). Output with no readable line at all is a
+    failed query (``ConnectorError``): it changes nothing either."""
+    rows = [line for line in bad if "|" in line]  # not a message (over SSH stderr is merged)
+    if rows and not any_read:
+        raise ConnectorError(f"{command} printed nothing readable: {rows[0][:200]!r}")
+    out: dict[str, Row] = {}
+    for line in rows:
+        log.debug("unreadable %s line: %r", command, line)
+        for field in line.split("|")[:2]:  # JobIDRaw|JobID, or %A|%i
+            m = _LEADING_ID.match(field)
+            if m:
+                out[m.group(1)] = Row(m.group(1), "", source=UNREADABLE)
+    return out
+
+
 @attrs.frozen
 class Row:
     """One job's line, from sacct or squeue, normalised."""
@@ -192,6 +226,8 @@ class SlurmExecutor(Executor):
         #: squeue's rows of pending jobs, and when they were read (see ``_live_pending``)
         self._live_rows: dict[str, Row] = {}
         self._live_at = float("-inf")
+        #: launchers whose script values were checked (``validate``)
+        self._checked: set[Any] = set()
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -239,13 +275,17 @@ class SlurmExecutor(Executor):
         *,
         timeout: float = QUERY_TIMEOUT,
         cwd: str | None = None,
-        unset: Collection[str] = (),
+        clean_env: bool = False,
     ) -> CommandResult:
-        """Run a Slurm command, counted by name; ``unset`` (local only) drops variables from its
-        environment."""
+        """Run a Slurm command, counted by name; ``clean_env`` runs it without the variables
+        sbatch reads as options (§3): locally through the child's environment (no extra exec per
+        job), over a connector by a small ``sh`` wrapper that unsets them there."""
         self.commands[argv[0]] = self.commands.get(argv[0], 0) + 1
-        if unset and isinstance(self.connector, LocalConnector):
+        if clean_env and isinstance(self.connector, LocalConnector):
+            unset = frozenset(k for k in os.environ if not submission_variable(k))
             return await self.connector.run(list(argv), timeout=timeout, cwd=cwd, unset=unset)
+        if clean_env:
+            argv = ["sh", "-c", _CLEAN_ENV, "sh", *argv]
         return await self.connector.run(list(argv), timeout=timeout, cwd=cwd)
 
     async def user(self) -> tuple[str, int]:
@@ -301,6 +341,24 @@ class SlurmExecutor(Executor):
 
     # -- script ---------------------------------------------------------------------------------
 
+    def validate(self, launcher: Launcher, task: Task) -> None:
+        """In ``task.submit``: the values the script will carry can be written (§3), so a bad
+        one is a ``ScriptError`` there, not a FAILED job; each launcher is checked once."""
+        key = _launcher_key(launcher)
+        if key not in self._checked:
+            env = [*(getattr(getattr(launcher, "group", None) or self.group, "env", ()) or ()),
+                   *(getattr(launcher, "env", ()) or ())]  # fmt: skip
+            check_launcher_values(
+                directives=launcher.options.sbatch_args(),  # type: ignore[attr-defined]
+                sbatch_options=tuple(getattr(launcher, "extra_options", ()) or ()),
+                env=env,
+                export=str(_setting(launcher, "export", "ALL")),
+                resume_signal=str(_setting(launcher, "resume_signal", "USR1")),
+            )
+            if len(self._checked) < 1024:
+                self._checked.add(key)
+        check_env(task.env)
+
     def script_spec(self, job: Job, launcher: Any) -> ScriptSpec:
         """The script inputs of ``job``'s current attempt."""
         task = job.task
@@ -338,13 +396,6 @@ class SlurmExecutor(Executor):
 
     def _sbatch_argv(self, script: str) -> list[str]:
         return ["sbatch", "--parsable", *self._cluster_args(), script]
-
-    def _sbatch_unset(self) -> frozenset[str]:
-        """Variables sbatch would read as options, dropped from its environment (local: through
-        the environment given to the child, not an ``env -u`` program, one exec less per job)."""
-        if not self.is_local:
-            return frozenset()
-        return frozenset(k for k in os.environ if not submission_variable(k))
 
     # -- submission (§4) ------------------------------------------------------------------------
 
@@ -440,7 +491,7 @@ class SlurmExecutor(Executor):
             try:
                 async with self._semaphore():
                     res = await self._run(self._sbatch_argv("job.sh"), timeout=SBATCH_TIMEOUT, cwd=directory,
-                                          unset=self._sbatch_unset())
+                                          clean_env=True)
                 if os.environ.get(KILL_AFTER_SBATCH_ENV) and res.returncode == 0:
                     os.kill(os.getpid(), signal_module.SIGKILL)
                 if res.returncode == 0:
@@ -829,12 +880,12 @@ class SlurmExecutor(Executor):
 
     def _sacct_rows(self, stdout: str) -> dict[str, Row]:
         rows, bad = P.parse_sacct(stdout)
-        for line in bad:
-            log.debug("unreadable sacct line: %r", line)
-        return {
-            r.job_id: Row(r.job_id, r.state, r.reason, r.exit_code, r.exit_signal, r.start, r.end, "sacct")
+        out = _unreadable("sacct", bad, bool(rows))
+        out.update(
+            (r.job_id, Row(r.job_id, r.state, r.reason, r.exit_code, r.exit_signal, r.start, r.end, "sacct"))
             for r in rows
-        }
+        )
+        return out
 
     def _squeue_argv(self, user: str) -> list[str]:
         return ["squeue", "--noheader", "--array", "--states=all", f"--user={user}",
@@ -848,16 +899,21 @@ class SlurmExecutor(Executor):
         return self._squeue_rows(res.stdout)
 
     def _squeue_rows(self, stdout: str) -> dict[str, Row]:
-        rows, _bad = P.parse_squeue(stdout)
-        return {r.job_id: Row(r.job_id, r.state, r.reason, source="squeue") for r in rows}
+        rows, bad = P.parse_squeue(stdout)
+        out = _unreadable("squeue", bad, bool(rows))
+        out.update((r.job_id, Row(r.job_id, r.state, r.reason, source="squeue")) for r in rows)
+        return out
 
     # -- deciding a state -----------------------------------------------------------------------
 
     def _from_row(self, job: Job, row: Row, rc: RcRecord | None, now: float) -> StateUpdate | None:
+        if row.source == UNREADABLE:
+            return None  # its line could not be read: this job stays as it was (§5)
         status = map_state(row.state)
         if not status.known:
             self.warn_unknown(row.state)
-            return None
+            # the job keeps its state, but its exit record can still end it (§6)
+            return self._gone(job, rc, now) if rc is not None and self._rc_matches(job, rc) else None
         state = JobState[status.state or "PENDING"]
         rc_ok = rc is not None and self._rc_matches(job, rc)
         if rc_ok and rc is not None:
@@ -920,7 +976,7 @@ class SlurmExecutor(Executor):
                 mode = str(getattr(group, "fatal_pending", "cancel") or "cancel")
                 if mode == "cancel":
                     job.runtime["unrunnable"] = reason
-                    asyncio.get_running_loop().create_task(self._cancel_ids([job.native_id or ""]))
+                    background(self._cancel_ids([job.native_id or ""]))
                     known = limit_detail(group, getattr(job.launcher, "options", None), reason)
                     return StateUpdate(state=JobState.UNRUNNABLE, detail=row.source, slurm_state=status.raw,
                                        reason=f"Slurm cannot run this job: {reason}"
@@ -971,7 +1027,7 @@ class SlurmExecutor(Executor):
             with contextlib.suppress(OSError):
                 os.replace(rc, dest / RC)
         job.replace_record(rec, write=True)
-        asyncio.get_running_loop().create_task(self._resubmit(job))
+        background(self._resubmit(job))
         return True
 
     async def _resubmit(self, job: Job) -> None:
@@ -1130,7 +1186,7 @@ class SlurmExecutor(Executor):
     def _start_array(self, jobs: list[Job], max_parallel: int | None) -> None:
         for job in jobs:
             self.tracker.add(job)
-        asyncio.get_running_loop().create_task(self._submit_array_guarded(jobs, max_parallel))
+        background(self._submit_array_guarded(jobs, max_parallel))
 
     async def _submit_array_guarded(self, jobs: list[Job], max_parallel: int | None) -> None:
         try:
@@ -1238,7 +1294,7 @@ class SlurmExecutor(Executor):
             try:
                 async with self._semaphore():
                     res = await self._run(self._sbatch_argv("array.sh"), timeout=SBATCH_TIMEOUT, cwd=array_dir,
-                                          unset=self._sbatch_unset())
+                                          clean_env=True)
                 if res.returncode == 0:
                     master, cluster = P.parse_sbatch_id(res.stdout, res.stderr)
                     break
@@ -1347,9 +1403,22 @@ def array(launcher: Launcher, max_parallel: int | None = None) -> Iterator[list[
     ex = _executor(launcher)
     with ex.collecting() as bucket:
         yield bucket
-    fresh = [j for j in bucket if j.state is JobState.WAITING]
-    if fresh:
-        ex.enqueue_array(fresh, max_parallel)
+    # one array per launcher: a task submitted in the block with another configuration of the
+    # launcher (launcher.config(time=...)) keeps its own options and script header
+    groups: dict[Any, list[Job]] = {}
+    for job in bucket:
+        if job.state is JobState.WAITING:
+            groups.setdefault(_launcher_key(job.launcher or launcher), []).append(job)
+    for jobs in groups.values():
+        ex.enqueue_array(jobs, max_parallel)
+
+
+def _launcher_key(launcher: Launcher) -> Any:
+    try:
+        hash(launcher)
+    except TypeError:
+        return id(launcher)
+    return launcher
 
 
 def submit_array(launcher: Launcher, tasks: Sequence[Any], *, max_parallel: int | None = None) -> list[Job]:

@@ -131,6 +131,25 @@ def signal_name(sig: str | int) -> str:
     raise ScriptError(f"resume_signal: {sig!r} is not a usable signal (e.g. USR1, USR2, TERM)")
 
 
+def check_launcher_values(
+    directives: Sequence[str],
+    sbatch_options: Sequence[tuple[str, str | bool]],
+    env: Sequence[tuple[str, str]],
+    export: str,
+    resume_signal: str,
+) -> None:
+    """The launcher's part of a script, checked when a task is submitted: a value no script can
+    carry (a newline in an option value, a bad variable name or signal) is a ``ScriptError``
+    raised by ``submit()``, before anything is recorded, not a job that fails later."""
+    for arg in directives:
+        directive(*split_arg(arg))
+    for name, value in check_sbatch_options(sbatch_options):
+        directive(name, value)
+    check_env(env)
+    normalize_export(export)
+    signal_name(resume_signal)
+
+
 def job_name(name: str, digest: str, attempt: int) -> str:
     """``NAME-DIGEST12-aN``: unique per task and attempt, used to find a job again by name."""
     return f"{name}-{digest[:12]}-a{attempt}"
