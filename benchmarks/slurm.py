@@ -1,7 +1,8 @@
 """Slurm runtime benchmark on the real cluster: submission rate (vs a plain sbatch loop and vs
 submitit 1.5.4), Slurm commands per poll cycle, job end -> ``Job.wait()`` latency, client RSS.
 
-    python benchmarks/slurm.py [--jobs 200] [--submitit-jobs 50] [--track 2000] [--no-submitit]
+    python benchmarks/slurm.py [--jobs 200] [--repeat 15] [--submitit-jobs 50] [--track 2000] [--no-submitit]
+    python benchmarks/slurm.py --pool A.json B.json ...   # the rounds of earlier --json runs, together
 
 Uses the cluster of ``$SLURM_CONF`` (default: the sandbox in /tmp/slurm-sandbox). The first
 run creates ``benchmarks/.venv-submitit`` with ``submitit==1.5.4``.
@@ -12,7 +13,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -261,18 +264,72 @@ def rss(n: int, workdir: Path) -> dict[str, object]:
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def ratio_stats(mine: list[float], plain: list[float], resamples: int = 4000) -> dict[str, float]:
+    """Launchers against the plain loop over paired rounds (same index, run back to back): the
+    ratio of the medians, the geometric mean of the per-round ratios and the ratio of total
+    times, each with a 90 % bootstrap interval (rounds resampled in pairs, fixed seed): one
+    round moves by 2x on this machine, so a single figure without its spread says little."""
+    pairs = list(zip(mine, plain, strict=True))
+
+    def stats(sample: list[tuple[float, float]]) -> tuple[float, float, float]:
+        a = [m for m, _ in sample]
+        b = [p for _, p in sample]
+        geo = math.exp(statistics.fmean(math.log(m / p) for m, p in sample))
+        total = sum(1 / p for p in b) / sum(1 / m for m in a)  # same jobs per round on both sides
+        return statistics.median(a) / statistics.median(b), geo, total
+
+    rng = random.Random(20261126)
+    boot = [stats([rng.choice(pairs) for _ in pairs]) for _ in range(resamples)]
+    out: dict[str, float] = {}
+    for k, (name, value) in enumerate(zip(("medians", "geomean", "total"), stats(pairs), strict=True)):
+        ranked = sorted(b[k] for b in boot)
+        out[name] = value
+        out[f"{name}_lo"] = ranked[int(0.05 * resamples)]
+        out[f"{name}_hi"] = ranked[int(0.95 * resamples) - 1]
+    out["rounds"] = float(len(pairs))
+    return out
+
+
+def describe(st: dict[str, float]) -> str:
+    return (f"ratio of medians {st['medians']:.2f} [{st['medians_lo']:.2f}-{st['medians_hi']:.2f}], "
+            f"geometric mean of paired rounds {st['geomean']:.2f} [{st['geomean_lo']:.2f}-{st['geomean_hi']:.2f}], "
+            f"total time {st['total']:.2f} [{st['total_lo']:.2f}-{st['total_hi']:.2f}] "
+            f"({st['rounds']:.0f} rounds; [90 % bootstrap interval])")  # fmt: skip
+
+
+def pool(paths: list[str]) -> int:
+    """The unheld and held rounds of earlier ``--json`` runs, together."""
+    mine: list[float] = []
+    plain: list[float] = []
+    held_mine: list[float] = []
+    held_plain: list[float] = []
+    for path in paths:
+        res = json.loads(Path(path).read_text())
+        mine += res["launchers_rates"]
+        plain += res["plain_loop_rates"]
+        held_mine += res["held"]["launchers"]
+        held_plain += res["held"]["plain"]
+    print(f"pooled {len(paths)} runs, jobs starting meanwhile: {describe(ratio_stats(mine, plain))}")
+    print(f"pooled {len(paths)} runs, held: {describe(ratio_stats(held_mine, held_plain))}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--submitit-jobs", type=int, default=50, help="submitit is slow (0.2 s throttle)")
     ap.add_argument("--track", type=int, default=2000)
     ap.add_argument("--no-submitit", action="store_true")
-    ap.add_argument("--repeat", type=int, default=11,
-                    help="alternating rounds of the plain loop and launchers (11: one round moves by 2x)")
+    ap.add_argument("--repeat", type=int, default=15,
+                    help="alternating rounds of the plain loop and launchers (one round moves by 2x; "
+                         "pool several runs with --pool for a tighter interval)")
     ap.add_argument("--json", help="write the numbers to this file")
     ap.add_argument("--settle", type=float, default=330,
                     help="wait at most this long (s) for slurmctld to forget earlier runs' jobs (330)")
+    ap.add_argument("--pool", nargs="+", metavar="JSON", help="print the pooled rounds of earlier --json runs")
     args = ap.parse_args()
+    if args.pool:
+        return pool(args.pool)
     os.environ.setdefault("SLURM_CONF", "/tmp/slurm-sandbox/etc/slurm.conf")
     start_jobs = quiet_controller(500, args.settle)
     with tempfile.TemporaryDirectory(prefix="bench-slurm-", dir=os.environ.get("CLUSTER_JOBS_DIR")) as tmp:
@@ -287,6 +344,9 @@ def main() -> int:
         # Each round starts on an idle controller, and the order alternates, so that neither side
         # always inherits the other's finishing jobs.
         for r in range(args.repeat):
+            # slurmctld keeps finished jobs MinJobAge (300 s) and refuses every submission at
+            # MaxJobCount (10,000 by default): never let a round run into that
+            quiet_controller(9000 - 2 * args.jobs, args.settle)
             drain_all(work)
             if r % 2:
                 runs.append(ours_submit(args.jobs, work / f"xp{r}"))
@@ -306,7 +366,12 @@ def main() -> int:
         res["rate_vs_plain_per_round"] = [m["rate"] / p for m, p in zip(runs, plain_rates, strict=True)]
         # the same jobs per round on both sides: the ratio of total times is the ratio of rates
         res["aggregate_rate_vs_plain"] = sum(args.jobs / r for r in plain_rates) / sum(m["submit_s"] for m in runs)
+        res["unheld_stats"] = ratio_stats(res["launchers_rates"], plain_rates)  # type: ignore[arg-type]
+        quiet_controller(9000 - 10 * args.jobs, args.settle)
         res["held"] = held_rounds(args.jobs, work, min(args.repeat, 5))  # stable: 5 suffice
+        held_res = res["held"]
+        assert isinstance(held_res, dict)
+        held_res["stats"] = ratio_stats(held_res["launchers"], held_res["plain"])
         res.update({f"launchers_{k}": v for k, v in wait_latency(work).items()})
         if not args.no_submitit:
             st = submitit_loop(args.submitit_jobs, work)
@@ -315,13 +380,11 @@ def main() -> int:
         res["tracking"] = rss(args.track, work)
     print(f"submission, {args.jobs} jobs, median of {args.repeat} alternating rounds: launchers {res['launchers_rate']:.1f} jobs/s, "
           f"plain sbatch loop {res['plain_loop_rate']:.1f} jobs/s -> ratio {res['rate_vs_plain']:.2f} (target >= 0.80)")  # fmt: skip
-    print(f"  all rounds together (total jobs / total time): ratio {res['aggregate_rate_vs_plain']:.2f}; "
-          f"median of the per-round ratios {statistics.median(res['rate_vs_plain_per_round']):.2f}; "  # type: ignore[arg-type]
-          f"slurmctld held {start_jobs} jobs at the start")  # fmt: skip
+    print(f"  {describe(res['unheld_stats'])}; slurmctld held {start_jobs} jobs at the start")  # type: ignore[arg-type]
     held = res["held"]
     assert isinstance(held, dict)
     print(f"  held jobs (--hold, no job starts meanwhile): launchers {statistics.median(held['launchers']):.1f} jobs/s, "
-          f"plain loop {statistics.median(held['plain']):.1f} jobs/s -> ratio {held['ratio']:.2f}; rounds "
+          f"plain loop {statistics.median(held['plain']):.1f} jobs/s -> {describe(held['stats'])}; rounds "
           + ", ".join(f"{a:.0f}/{b:.0f}" for a, b in zip(held["launchers"], held["plain"], strict=True)))
     print("  rounds (launchers / plain): " + ", ".join(
         f"{a:.0f}/{b:.0f}" for a, b in zip(res["launchers_rates"], res["plain_loop_rates"], strict=True)))  # type: ignore[call-overload]  # fmt: skip
