@@ -85,6 +85,14 @@ def test_refuses_a_task_that_can_never_fit(tmp_path: Path) -> None:
         command(["true"]).submit()
 
 
+def test_default_walltime_follows_declared_durations_not_task_timeout(tmp_path: Path) -> None:
+    """batching §3.2: the default walltime is the larger of 1 h and twice the longest declared
+    duration; a task_timeout does not stretch it, so 2 h + 5 min can never fit in 1 h."""
+    b = batch(task_timeout="2h", drain_margin="5m")
+    with experiment(tmp_path / "xp", b), pytest.raises(LaunchersError, match="exceeds the pilot walltime 1h"):
+        command(["true"]).submit()
+
+
 def test_many_tasks_one_pilot(tmp_path: Path) -> None:
     b = batch()
     ex = executor()

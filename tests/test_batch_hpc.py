@@ -153,6 +153,7 @@ def test_cli_serve_status_cancel(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     res = result(dropbox, "greet")["job"]
     assert res["status"] == "ok" and res["stdout"].splitlines()[-1] == "hello world; rm -rf / from lab"
+    assert "==== launchers" not in res["stdout"] + res["stderr"]  # what the command wrote, only
     queue = next((dropbox / ".launchers" / "batch").iterdir())
     st = subprocess.run([*cli, "batch", "status", str(queue)], capture_output=True, text=True, env=env, timeout=60)
     assert st.returncode == 0 and "COMPLETED 1" in st.stdout and "pilot 1: " in st.stdout

@@ -232,7 +232,7 @@ def test_dry_run_unicore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     desc = json.loads(out.split("job description:\n", 1)[1].split("\n\njob.sh:", 1)[0])
     assert desc["Resources"] == {"Queue": "batch", "Runtime": "600", "MemoryPerNode": "1024M"}
     assert desc["Executable"] == "./job.sh" and desc["Stdout"] == "job.out" and desc["Stderr"] == "job.err"
-    assert "source 'venv/bin/activate'" in out
+    assert "source venv/bin/activate" in out
     assert 'export GREETING="hello $USER"' in out
     assert out.rstrip().endswith("python train.py --lr 0.1 --data keep.csv --name x --src s3://bucket/key")
     assert not (tmp_path / "runs").exists()  # nothing written, nothing submitted
@@ -251,7 +251,7 @@ def test_dry_run_firecrest_with_image(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "image.sif  5 B  [Apptainer image, uploaded to the run directory's root even though Exclude matches it]" in out
     assert "#SBATCH --partition=normal" in out and "#SBATCH --cpus-per-task=4" in out
     assert 'export SRUN_CPUS_PER_TASK="4"' in out
-    assert 'srun apptainer run "-B" "$HOME/data:/data" "image.sif" python train.py' in out
+    assert 'srun apptainer run "-B" "$HOME/data:/data" image.sif python train.py' in out
 
 
 @pytest.mark.parametrize(
@@ -338,7 +338,7 @@ def test_dry_run_with_requirement(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert rc == 0, err
     assert "group daint" in out and "account: acct" in out
     for line in ("#SBATCH --partition=normal", "#SBATCH --gpus-per-node=1", "#SBATCH --account=acct",
-                 'export X="1"', "module load 'cray-python'"):
+                 'export X="1"', "module load cray-python"):
         assert line in out
 
 
@@ -361,3 +361,39 @@ def test_account_option_wins_over_site(tmp_path: Path, capsys: pytest.CaptureFix
                            "-P", "data=keep.csv", "-P", "name=x", "--dry-run")
     assert rc == 0, err
     assert "#SBATCH --account=mine" in out and "--account=acct" not in out
+
+
+@pytest.mark.parametrize("site", ["unicore", "firecrest"])
+def test_backend_config_resources_are_sent_as_written(tmp_path: Path, site: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """remote-sites §2: a standalone Compute Backend Config's Resources go out as written (§1.2
+    table): TotalCPUs, Reservation, Runtime in seconds for UNICORE; D-HH:MM:SS for firecREST;
+    the account falls back to $MANTIK_COMPUTE_BUDGET_ACCOUNT."""
+    import types
+
+    from launchers import command
+    from launchers.remote import from_backend_config
+    from launchers.remote.http import task_payload
+
+    monkeypatch.setenv("MANTIK_COMPUTE_BUDGET_ACCOUNT", "budget")
+    head = ('UnicoreApiUrl: "https://u.example:9112/S/rest/core"\n' if site == "unicore" else
+            'Firecrest: {ApiUrl: "https://fc.example", TokenUrl: "https://auth.example/t", Machine: m}\n')
+    path = tmp_path / "backend.yaml"
+    path.write_text(head + "Resources: {Queue: batch, Runtime: 90s, Nodes: 2, TotalCPUs: 8, Reservation: r1,"
+                    " MemoryPerNode: 1G, QoS: q}\n")  # fmt: skip
+    launcher = from_backend_config(path)
+    task = command(["python", "t.py"])
+    job = types.SimpleNamespace(task=task, launcher=launcher, directory=tmp_path / "d0123456789ab", attempt=1,
+                                name=task.name, task_id=task.task_id)  # fmt: skip
+    payload = task_payload(job, site)  # type: ignore[arg-type]
+    if site == "unicore":
+        assert payload.description is not None
+        assert payload.description["Resources"] == {
+            "Queue": "batch", "Runtime": "90", "Nodes": 2, "TotalCPUs": 8, "MemoryPerNode": "1024M",
+            "Reservation": "r1", "QoS": "q"}  # fmt: skip
+        assert payload.description["Project"] == "budget"
+    else:
+        script = payload.script("/scratch/run")
+        for line in ("--partition=batch", "--time=0-00:02:00", "--nodes=2", "--ntasks=8", "--mem=1024M",
+                     "--reservation=r1", "--qos=q", "--account=budget"):  # fmt: skip
+            assert f"#SBATCH {line}\n" in script, line

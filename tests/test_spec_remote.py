@@ -138,7 +138,7 @@ def test_apptainer_options_split_and_quoted(tmp_path: Path) -> None:
     assert env.apptainer is not None
     assert env.apptainer.options == ("-B", "$HOME/data:/data", "--env", "A=b c")
     text = render_job_script(JobScriptSpec(env, "python t.py", "unicore"))
-    assert 'srun apptainer run "-B" "$HOME/data:/data" "--env" "A=b c" "/i.sif" python t.py' in text
+    assert 'srun apptainer run "-B" "$HOME/data:/data" "--env" "A=b c" /i.sif python t.py' in text
 
 
 # "A local image path is relative to the project directory (../image.sif allowed) and must exist;
@@ -172,7 +172,7 @@ def test_python_relative_inside_project(tmp_path: Path) -> None:
     (proj / "t.sh").write_text("true\n")
     ok = write(tmp_path, uc(environment="{Python: {Path: venv}}"))
     plan = plan_run(proj, entry="t.sh", backend_config=ok, environ={})
-    assert "source 'venv/bin/activate'" in plan.script()
+    assert "source venv/bin/activate" in plan.script()
     excluded = write(tmp_path, uc(environment="{Python: venv}", extra="Exclude: [venv/]\n"), "b2.yaml")
     with pytest.raises(ConfigurationError, match="excluded"):
         plan_run(proj, entry="t.sh", backend_config=excluded, environ={})
@@ -180,7 +180,7 @@ def test_python_relative_inside_project(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="not a directory of the project"):
         plan_run(proj, entry="t.sh", backend_config=missing, environ={})
     absolute = write(tmp_path, uc(environment="{Python: /p/venv}"), "b4.yaml")
-    assert "source '/p/venv/bin/activate'" in plan_run(proj, entry="t.sh", backend_config=absolute, environ={}).script()
+    assert "source /p/venv/bin/activate" in plan_run(proj, entry="t.sh", backend_config=absolute, environ={}).script()
 
 
 # "Modules: module load NAME, one line per module, on the compute node"
@@ -692,9 +692,9 @@ def test_continuation_line_error(tmp_path: Path) -> None:
 def test_apptainer_command_forms() -> None:
     env = validate_environment({"Apptainer": {"Path": "/i.sif", "Type": "remote"}}, None)
     one = render_job_script(JobScriptSpec(env, "python t.py --x 1", "unicore"))
-    assert 'srun apptainer run "/i.sif" python t.py --x 1 ||' in one
+    assert 'srun apptainer run /i.sif python t.py --x 1 ||' in one
     multi = render_job_script(JobScriptSpec(env, "echo a\necho b", "unicore"))
-    assert "srun apptainer run \"/i.sif\" bash -c 'echo a\necho b'" in multi
+    assert "srun apptainer run /i.sif bash -c 'echo a\necho b'" in multi
 
 
 # "MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME, MLFLOW_EXPERIMENT_ID, MLFLOW_RUN_ID are passed when set;

@@ -42,8 +42,13 @@ class DescriptionError(LaunchersError):
     """A ``.job`` description that cannot be run (answered with ``status: error``)."""
 
 
+#: the lines launchers' own wrapper adds to a job's output (one per attempt, requeues)
+_OWN_LINES = re.compile(r"^==== launchers: [^\n]* ====(?:\n|$)", re.MULTILINE)
+
+
 def inline(path: Path) -> str:
-    """A log file inlined into a result: at most 64 KiB (the end, after a marker), UTF-8 replaced."""
+    """A log file inlined into a result: what the command wrote (launchers' attempt banners
+    left out), at most 64 KiB (the end, after a marker), UTF-8 replaced."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -52,7 +57,7 @@ def inline(path: Path) -> str:
             data = f.read()
     except OSError:
         return ""
-    text = data.decode("utf-8", errors="replace")
+    text = _OWN_LINES.sub("", data.decode("utf-8", errors="replace"))
     if size > INLINE_LIMIT:
         text = TRUNCATED_MARKER + "\n" + text
     return text

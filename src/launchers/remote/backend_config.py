@@ -317,20 +317,15 @@ def to_launcher(cfg: BackendConfig) -> Any:
         account=cfg.account,
         constraint=r.node_constraints,
     )
-    extras: list[tuple[str, str | bool]] = []
-    if r.total_cpus is not None:
-        extras.append(("ntasks", str(r.total_cpus)))
-    if r.cpus_per_node is not None:
-        extras.append(("ntasks-per-node", "1"))
-    if r.reservation is not None:
-        extras.append(("reservation", r.reservation))
+    # ``options`` describe the job (``launcher.options``, batching's slots); what is sent is
+    # ``Resources`` as written: TotalCPUs, Reservation, Runtime in seconds (§1.2)
     label = cfg.group or cfg.path.stem
     env = cfg.environment_data
     if isinstance(cfg.site, UnicoreSite):
         ugroup = UnicoreGroup(id=label, site=cfg.site, environment=env)
-        return UnicoreLauncher(group=ugroup, options=options, sbatch_options=tuple(extras))
+        return UnicoreLauncher(group=ugroup, options=options, resources=r)
     fgroup = FirecrestGroup(id=label, site=cfg.site, environment=env)
-    return FirecrestLauncher(group=fgroup, options=options, sbatch_options=tuple(extras))
+    return FirecrestLauncher(group=fgroup, options=options, resources=r)
 
 
 def from_backend_config(path: str | os.PathLike[str], account: str | None = None) -> Any:

@@ -104,6 +104,7 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
     """The payload of an experiment's command task: ``job.sh`` runs its argv in the run directory
     with the group's ``environment`` and the task's ``env``; nothing else is uploaded."""
     from ..slurm.script import sh_quote
+    from .backend_config import resolve_account
     from .environment import Environment, validate_environment
     from .resources import resources_from_options
     from .script import (
@@ -111,6 +112,7 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
         finder_pairs,
         render_job_script,
         run_id_for,
+        sbatch_pairs,
         unicore_description,
     )
 
@@ -129,12 +131,16 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
         command = f"cd {sh_quote(task.cwd, what='cwd')} && {command}"
     exports = tuple(sorted(dict(task.env).items()))
     options = getattr(launcher, "options", None)
-    account = getattr(options, "account", None) or getattr(site, "account", None)
+    account = resolve_account(getattr(options, "account", None), site)  # §1.2, as `launchers run`
     name = remote_job_name(job)
     run_id = run_id_for(job.task_id, job.directory)
-    resources = resources_from_options(options)
+    written = getattr(launcher, "resources", None)  # a Compute Backend Config's, sent as written
+    resources = written if written is not None else resources_from_options(options)
     sbatch: tuple[tuple[str, str | bool], ...] = ()
-    if kind == "firecrest":
+    if kind == "firecrest" and written is not None:
+        gpu_option = str(getattr(group, "gpu_option", "gpus-per-node") or "gpus-per-node")
+        sbatch = sbatch_pairs(written, account, gpu_option) + tuple(launcher.extra_options)
+    elif kind == "firecrest":
         sbatch = finder_pairs(launcher.sbatch_args(), account)
 
     def script(run_dir: str | None) -> str:

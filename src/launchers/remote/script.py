@@ -25,6 +25,15 @@ _NAME_BAD = re.compile(r"[^A-Za-z0-9_.-]")
 UNICORE_EXECUTABLE = "./job.sh"
 
 
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+
+
+def sh_word(value: str, *, what: str) -> str:
+    """``value`` as a user writes it (``module load Stages/2024``) when no character in it means
+    anything to the shell, else in single quotes."""
+    return value if _PLAIN_WORD.fullmatch(value) else sh_quote(value, what=what)
+
+
 def quote_variable(value: str) -> str:
     """A ``Variables`` value: double quotes, ``\\ " `` ` `` escaped and ``$(`` as ``\\$(``.
 
@@ -93,7 +102,8 @@ def apptainer_prefix(env: Environment) -> str:
     assert env.apptainer is not None
     words = ["srun", "apptainer", "run"]
     words += [quote_variable(w) for w in env.apptainer.options]
-    words.append(quote_variable(env.apptainer.image_name))
+    image = env.apptainer.image_name
+    words.append(image if _PLAIN_WORD.fullmatch(image) else quote_variable(image))
     return " ".join(words)
 
 
@@ -191,12 +201,12 @@ def render_job_script(spec: JobScriptSpec) -> str:
         lines.append(f"export {name}={sh_quote(value, what=name)}")
     # (4) modules, pre-run commands, the virtual environment
     for i, module in enumerate(env.modules):
-        lines += _step(f"Modules[{i}]", f"module load {sh_quote(module, what='a module name')}")
+        lines += _step(f"Modules[{i}]", f"module load {sh_word(module, what='a module name')}")
     for s in env.pre_compute:
         lines += _snippet(s)
     if env.python is not None:
         activate = env.python.rstrip("/") + "/bin/activate"
-        lines += _step("Python", f"source {sh_quote(activate, what='Python')}")
+        lines += _step("Python", f"source {sh_word(activate, what='Python')}")
     # (5) the command, (6) post-run commands
     lines += _step("the command", command_line(env, spec.command))
     for s in env.post_compute:

@@ -346,12 +346,12 @@ class SlurmExecutor(Executor):
         one is a ``ScriptError`` there, not a FAILED job; each launcher is checked once."""
         key = _launcher_key(launcher)
         if key not in self._checked:
-            env = [*(getattr(getattr(launcher, "group", None) or self.group, "env", ()) or ()),
-                   *(getattr(launcher, "env", ()) or ())]  # fmt: skip
+            env = dict(getattr(getattr(launcher, "group", None) or self.group, "env", ()) or ())
+            env.update(dict(getattr(launcher, "env", ()) or ()))
             check_launcher_values(
                 directives=launcher.options.sbatch_args(),  # type: ignore[attr-defined]
                 sbatch_options=tuple(getattr(launcher, "extra_options", ()) or ()),
-                env=env,
+                env=tuple(env.items()),
                 export=str(_setting(launcher, "export", "ALL")),
                 resume_signal=str(_setting(launcher, "resume_signal", "USR1")),
             )
