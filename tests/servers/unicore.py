@@ -81,6 +81,7 @@ def sbatch_lines(desc: dict[str, Any], workdir: Path) -> list[str]:
 
 #: How long a job shows STAGINGOUT after its batch job ended (no exports to stage out here).
 STAGE_OUT_SECONDS = 0.2
+STAGE_IN_SECONDS = 0.2
 
 
 class UJob:
@@ -329,9 +330,22 @@ class UnicoreServer(LoopbackServer):
         shutil.rmtree(job.workdir, ignore_errors=True)
 
     def start_job(self, job: UJob) -> None:
-        """STAGINGIN, then write the two scripts and sbatch them (QUEUED)."""
+        """STAGINGIN (imports; none here, so brief, but visible to a poll as on a real site),
+        then the batch submission."""
         with job.lock:
             job.status = "STAGINGIN"
+        timer = threading.Timer(STAGE_IN_SECONDS, self._submit_to_batch, (job,))
+        timer.daemon = True
+        timer.start()
+
+    def _submit_to_batch(self, job: UJob) -> None:
+        """Write the two scripts and sbatch them (QUEUED), unless the job was aborted or destroyed
+        while staging in."""
+        with self.lock:
+            alive = self.jobs.get(job.id) is job
+        with job.lock:
+            if not alive or job.status != "STAGINGIN":
+                return
             desc = job.desc
             exe = str(desc.get("Executable", "/bin/true"))
             args = " ".join(str(a) for a in desc.get("Arguments", []))

@@ -58,6 +58,8 @@ RECONCILE_FIRST_RETRY = 2.0
 #: lookups by name, 2 s apart, for a job that evidently started but is not listed yet
 RECONCILE_NAME_LAG_TRIES = 30
 
+#: what a transfer job's log says when the file arrived (the texts pyfirecrest checks for)
+_TRANSFER_DONE = ("Files were successfully", "File was successfully", "Multipart file upload successfully completed")
 log = logging.getLogger("launchers.remote")
 
 MIN_TOKEN_VALIDITY = 60
@@ -349,11 +351,43 @@ class FirecrestExecutor(RemoteOutputs, Executor):
             else:
                 ext.wait_for_streamer_job_to_listen()
                 ext.upload_file_streamer()
-            self._call(f"{what}: transfer job {job_id}",
-                       lambda c: ext.wait_for_transfer_job(timeout=self.staged_timeout), tries=3)
+            self._call(f"{what}: transfer job {job_id}", lambda c: self._wait_transfer(c, ext, what), tries=3)
         except BaseException:
             self._cancel_transfer(job_id)
             raise
+
+    def _wait_transfer(self, c: Any, ext: Any, what: str) -> None:
+        """Wait for a staged upload's transfer job, then read its log with ``ops/view`` and an
+        explicit ``size`` (pyfirecrest's own wait views it without one, which a site whose
+        ``max_ops_file_size`` is under 5 MiB refuses: remote-sites §5)."""
+        from firecrest.FirecrestException import JobTimeoutException
+
+        tj = (getattr(ext, "transfer_data", None) or {}).get("transferJob") or {}
+        system, job_id = str(tj.get("system") or self.site.machine), str(tj.get("jobId"))
+        try:
+            c.wait_for_job(system, job_id, timeout=self.staged_timeout)
+        except JobTimeoutException:
+            raise LaunchersError(f"{what}: transfer job {job_id} did not end within {self.staged_timeout:.0f} s"
+                                 ) from None  # fmt: skip
+        log_path = (tj.get("logs") or {}).get("outputLog")
+        text = self._tail_text(c, system, str(log_path)) if log_path else None
+        if text is None:
+            raise LaunchersError(f"{what}: transfer job {job_id} left no log (cancelled before it ran?)")
+        if not any(mark in text for mark in _TRANSFER_DONE):
+            raise LaunchersError(f"{what}: transfer job {job_id} did not report success: {text.strip()[-300:]!r}")
+
+    def _tail_text(self, c: Any, system: str, path: str) -> str | None:
+        """The end of a small remote text file (at most ``max_ops_file_size``); None if absent."""
+        try:
+            size = int(c.stat(system, path).get("size") or 0)
+        except Exception as e:
+            if status_of(e) == 404:
+                return None
+            raise
+        n = min(size, self._max_ops)
+        resp = c._get_request(endpoint=f"/filesystem/{system}/ops/view",
+                              params={"path": path, "offset": size - n, "size": n})  # fmt: skip
+        return str(c._check_response(resp, 200)["output"])
 
     def _cancel_transfer(self, job_id: Any) -> None:
         if job_id is None:
