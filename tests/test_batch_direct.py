@@ -229,3 +229,17 @@ def test_reattach_after_the_submitter_died(tmp_path: Path) -> None:
     assert ex.pilots_submitted == before  # tracked, not submitted again
     out = j.stdout_path.read_text()
     assert out.count("==== launchers: attempt") == 1
+
+
+def test_gres_gpus_count_and_scale_with_slots() -> None:
+    """batching §3.2: a group with ``gpu_option: gres`` asks ``--gres=gpu[:TYPE]:N``; those GPUs
+    count for the task, and the pilot asks slots times as many in the same form."""
+    from launchers.batch.executor import _pilot_slurm_launcher
+
+    inner = SlurmLauncher(options={"partition": "gpu", "gres": "gpu:a100:2", "cpus_per_task": 1})
+    res = task_resources(inner)
+    assert res.gpus == 2
+    pilot = _pilot_slurm_launcher(inner, BatchLauncher(inner), res, 3, 3600)
+    assert pilot.options.gres == "gpu:a100:6" and pilot.options.gpus_per_node is None
+    plain = SlurmLauncher(options={"partition": "gpu", "gpus_per_node": 1})
+    assert _pilot_slurm_launcher(plain, BatchLauncher(plain), task_resources(plain), 2, 3600).options.gpus_per_node == 2

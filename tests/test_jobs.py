@@ -146,3 +146,23 @@ def test_relative_cwd_is_refused() -> None:
     with pytest.raises(TaskError, match="relative"):
         command(["true"], cwd="data")
     assert command(["true"], cwd="/tmp").cwd == "/tmp"
+
+
+def test_params_json_holds_exactly_the_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """slurm-runtime §2: params.json is ``{kind, target, params, env, cwd}``, nothing else."""
+    monkeypatch.setenv("LAUNCHERS_STATE_DIR", str(tmp_path / "state"))
+    from launchers.config.model import LocalGroup
+
+    with launchers.experiment(tmp_path / "xp", DirectLauncher(group=LocalGroup()), progress=False):
+        job = command(["true"], env={"A": "1"}).submit()
+    data = json.loads((job.directory / "params.json").read_text())
+    assert set(data) == {"kind", "target", "params", "env", "cwd"}
+    assert data["target"] == ["true"] and data["env"] == {"A": "1"}
+
+
+def test_non_ascii_identity_is_json_dumps_default() -> None:
+    """The digest is recomputable with ``json.dumps(sort_keys=True, separators=(",", ":"))``
+    also for non-ASCII values and a lone surrogate (an argv that was not UTF-8)."""
+    t = command(["echo", "héllo wörld", "\udcff"], env={"E": "ü"})
+    text = json.dumps(t.identity(), sort_keys=True, separators=(",", ":"))
+    assert t.digest == hashlib.sha256(text.encode()).hexdigest()[:16]

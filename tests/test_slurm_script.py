@@ -87,6 +87,11 @@ def test_resumable_header(tmp_path: Path) -> None:
     assert "#SBATCH --signal=B:USR1@120" in text
     short = render_script(spec(tmp_path, resumable=True, directives=("--time=00:04:00",), resume_signal="SIGUSR2"))
     assert "#SBATCH --signal=B:USR2@60" in short  # at most a quarter of the limit
+    # no extra attempt to give (max_requeues 0, as a batch pilot): warned, never requeued
+    pilot = render_script(spec(tmp_path, resumable=True, max_requeues=0, directives=("--time=01:00:00",),
+                               resume_grace=300))  # fmt: skip
+    assert "#SBATCH --no-requeue" in pilot and "#SBATCH --requeue" not in pilot
+    assert "#SBATCH --signal=B:USR1@300" in pilot
 
 
 @pytest.mark.parametrize(

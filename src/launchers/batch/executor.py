@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import sys
 import time
 import uuid
@@ -80,12 +81,20 @@ def task_resources(inner: Launcher) -> Resources:
     if getattr(options, "time", None):
         seconds = parse_slurm_time(str(options.time))
         duration = float(seconds) if seconds else None
+    gpus = int(getattr(options, "gpus_per_node", None) or 0)
+    gres = _GRES_GPUS.fullmatch(str(getattr(options, "gres", None) or ""))
+    if not gpus and gres:  # a group with gpu_option: gres asks --gres=gpu[:TYPE]:N
+        gpus = int(gres.group(2))
     return Resources(
         cpus=int(getattr(options, "cpus_per_task", None) or 1),
         memory=memory,
-        gpus=int(getattr(options, "gpus_per_node", None) or 0),
+        gpus=gpus,
         duration=duration,
     )
+
+
+#: ``--gres`` asking for GPUs only: ``gpu:N`` or ``gpu:TYPE:N``
+_GRES_GPUS = re.compile(r"gpu(?::([^:,]+))?:(\d+)")
 
 
 def shape_of(inner: Launcher) -> str:
@@ -218,7 +227,12 @@ def _pilot_slurm_launcher(inner: Any, batch: BatchLauncher, res: Resources, slot
     if res.memory:
         changes["mem"] = f"{-(-res.memory * slots // (1024 * 1024))}M"
     if res.gpus:
-        changes["gpus_per_node"] = res.gpus * slots
+        options = getattr(inner, "options", None)
+        gres = _GRES_GPUS.fullmatch(str(getattr(options, "gres", None) or ""))
+        if gres and not getattr(options, "gpus_per_node", None):  # keep the group's gpu_option
+            changes["gres"] = f"gpu:{gres.group(1) + ':' if gres.group(1) else ''}{res.gpus * slots}"
+        else:
+            changes["gpus_per_node"] = res.gpus * slots
     launcher = inner.config(**changes)
     if isinstance(launcher, SlurmLauncher):
         warning: dict[str, Any] = {"max_requeues": 0, "resume_signal": "USR1", "resume_grace": max(1, int(batch.drain_margin))}

@@ -131,12 +131,15 @@ class HpcBatchServer:
     # -- reading --------------------------------------------------------------------------------
 
     def ready(self, path: Path, now: float) -> bool:
-        """Size and mtime unchanged for ``STABLE_FOR`` seconds."""
+        """Size and mtime unchanged for ``STABLE_FOR`` seconds: the mtime itself that old (a file
+        found stable at start-up is taken at once), else as watched from the first sight."""
         try:
             st = path.stat()
         except FileNotFoundError:
             self.seen.pop(path, None)
             return False
+        if time.time() - st.st_mtime >= STABLE_FOR:
+            return True
         key = (st.st_size, st.st_mtime_ns)
         prev = self.seen.get(path)
         if prev is None or prev[:2] != key:

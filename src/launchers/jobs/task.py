@@ -83,8 +83,9 @@ def decode_value(value: Any) -> Any:
 
 
 def canonical_json(value: Any) -> str:
-    """Sorted keys, no spaces, UTF-8 text kept (the form hashed for identities)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """Sorted keys, no spaces, non-ASCII as ``\\uXXXX`` (``json.dumps``'s default, so anyone can
+    recompute a digest; a lone surrogate from a non-UTF-8 argv hashes too): the hashed form."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 @attrs.frozen
@@ -127,8 +128,9 @@ class Task:
         return tuple(self.target) if self.kind == KIND_COMMAND else None
 
     def params_json(self) -> dict[str, Any]:
-        """The content of ``params.json``: the identity plus name and resumable flag."""
-        return {**self.identity(), "name": self.name, "resumable": self.resumable}
+        """The content of ``params.json``: exactly ``{kind, target, params, env, cwd}`` (§2), what
+        the digest covers (the name is the directory's parent; resumable lives in the script)."""
+        return self.identity()
 
     def submit(self, launcher: Any = None, *, force: bool = False) -> Job:
         """Record the job and queue its submission (does not wait for the scheduler).

@@ -402,8 +402,19 @@ class SlurmExecutor(Executor):
     def owns_waiting(self, job: Job) -> bool:
         return id(job) in self._held
 
+    def _learn_cluster(self, job: Job) -> None:
+        """A job recorded with the cluster sbatch named (``ID;CLUSTER``) gives it to every later
+        command of this executor, also in a later process (§4)."""
+        if job.record.cluster and not self.cluster:
+            self.cluster = job.record.cluster
+
+    def track(self, job: Job) -> None:
+        self._learn_cluster(job)
+        super().track(job)
+
     def enqueue(self, job: Job, *, reconcile: bool = False) -> None:
         """Collect jobs inside ``array()`` blocks; otherwise as every executor."""
+        self._learn_cluster(job)
         bucket = getattr(self._collect, "bucket", None)
         if bucket is not None and not reconcile and job.launcher is not None:
             bucket.append(job)
@@ -814,9 +825,7 @@ class SlurmExecutor(Executor):
             except _AccountingDisabled:
                 log.warning("Slurm accounting storage is disabled: following jobs with squeue and job.rc")
                 self._accounting = False
-            except _QueryFailed as e:
-                if self.status_source == "sacct":
-                    raise ConnectorError(str(e)) from None
+            except _QueryFailed as e:  # also with status_source: sacct (§5: "that cycle uses squeue")
                 log.info("sacct failed (%s); using squeue for this cycle", e)
         return await self._squeue(jobs), "squeue"
 

@@ -236,11 +236,11 @@ def _header(
     lines.append(directive("export", export))
     lines.extend(extra_owned)
     signame = signal_name(spec.resume_signal)
+    # a resumable task with no extra attempt left to give (max_requeues 0, e.g. a batch pilot)
+    # keeps its warning signal but is never requeued by Slurm either
+    lines.append(directive("requeue" if spec.resumable and spec.max_requeues > 0 else "no-requeue"))
     if spec.resumable:
-        lines.append(directive("requeue"))
         lines.append(directive("signal", f"B:{signame}@{resume_grace(spec, options)}"))
-    else:
-        lines.append(directive("no-requeue"))
     for arg in spec.directives:
         name, value = split_arg(arg)
         lines.append(directive(name, value))
