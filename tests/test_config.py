@@ -522,3 +522,11 @@ def test_docs_describe_every_key() -> None:
     for name, table in SECTIONS.items():
         for key in table:
             assert f"| `{key}` |" in doc, f"docs/configuration.md lacks {name}.{key}"
+
+
+def test_resume_signal_takes_the_sig_prefix_as_the_python_api_does() -> None:
+    """``resume_signal: SIGUSR2`` in launchers.yaml, as ``launcher.config(resume_signal="SIGUSR2")``."""
+    from launchers.config.loader import load_config_text
+
+    cfg = load_config_text("slurm:\n  - id: a\n    resume_signal: SIGUSR2\n")
+    assert cfg.groups[0].resume_signal == "USR2"  # type: ignore[union-attr]

@@ -46,6 +46,8 @@ class Key:
     choices: tuple[str, ...] = ()
     section: str = ""
     minimum: int | None = None
+    #: an ``enum`` value may carry this prefix (``SIGUSR1`` for ``USR1``), as Python's API allows
+    prefix: str = ""
 
 
 def _k(kind: str, doc: str, default: Any = None, **kw: Any) -> Key:
@@ -201,7 +203,7 @@ _SLURM: dict[str, Key] = {
     "max_requeues": _k("int", "extra attempts of a resumable task after a time limit or preemption", 3, minimum=0),
     "resume_signal": _k(
         "enum", "warning signal sent to resumable tasks before the time limit", "USR1",
-        choices=("USR1", "USR2", "TERM", "INT", "HUP", "ALRM", "CONT", "URG"),
+        choices=("USR1", "USR2", "TERM", "INT", "HUP", "ALRM", "CONT", "URG"), prefix="SIG",
     ),
     "resume_grace": _k("seconds", "how long before the time limit the warning comes (at most a quarter of it)", 120),
     "lost_after": _k("seconds", "a job with no scheduler record and no exit record is LOST after this", 600),

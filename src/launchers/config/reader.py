@@ -383,8 +383,11 @@ class Reader:
         if isinstance(raw, bool) and "yes" in spec.choices:
             return "yes" if raw else "no"  # YAML 1.1 reads yes/no as booleans
         if isinstance(raw, str):
+            text = raw.strip().lower()
+            if spec.prefix and text.startswith(spec.prefix.lower()):
+                text = text[len(spec.prefix) :]
             for choice in spec.choices:
-                if raw.strip().lower() == choice.lower():
+                if text == choice.lower():
                     return choice
         shown = repr(raw) if isinstance(raw, str) else describe(raw)
         hint = did_you_mean(raw, spec.choices) if isinstance(raw, str) else ""

@@ -63,6 +63,7 @@ def _value(key: Key) -> dict[str, Any]:
         values: list[Any] = list(key.choices)
         if "yes" in key.choices:
             values += [True, False]  # YAML 1.1 reads yes/no as booleans
+        values += [key.prefix + c for c in key.choices if key.prefix]
         return {"enum": values}
     if kind == "tokens":
         return {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1}}
