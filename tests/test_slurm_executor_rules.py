@@ -62,3 +62,16 @@ def test_a_recorded_cluster_is_used_by_later_commands() -> None:
     assert ex._cluster_args() == ["--clusters=c2"]
     ex._learn_cluster(types.SimpleNamespace(record=types.SimpleNamespace(cluster="c3")))  # type: ignore[arg-type]
     assert ex._cluster_args() == ["--clusters=c2"]  # the first one known stays
+
+
+def test_cancelled_by_uid_is_recorded() -> None:
+    """§6: ``CANCELLED by 1234`` is CANCELLED with the uid recorded, reason "cancelled by uid 1234"."""
+    from launchers.slurm.executor import Row
+
+    ex = _executor()
+    ex._user = ("someone", 999)
+    job = types.SimpleNamespace(native_id="5", attempt=1, cancel_requested=False, runtime={},
+                                state=JobState.RUNNING, launcher=None)  # fmt: skip
+    update = ex._from_row(job, Row("5", "CANCELLED by 1234", source="sacct"), None, time.time())  # type: ignore[arg-type]
+    assert update is not None and update.state is JobState.CANCELLED
+    assert update.reason == "cancelled by uid 1234" and update.extra == {"cancelled_by": 1234}

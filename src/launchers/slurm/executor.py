@@ -952,6 +952,8 @@ class SlurmExecutor(Executor):
         if state is JobState.CANCELLED:
             uid = self._user[1] if self._user else (os.getuid() if self.is_local else None)
             reason = cancel_reason(status.cancelled_by, requested=job.cancel_requested, my_uid=uid)
+            if status.cancelled_by is not None:  # "CANCELLED by 1234": the uid is recorded (§6)
+                common["extra"] = {"cancelled_by": status.cancelled_by}
         elif state is JobState.FAILED:
             reason = status.note or (f"killed by signal {sig}" if sig else f"exit code {exit_code}")
         elif state is not JobState.COMPLETED:
