@@ -85,6 +85,29 @@ def test_failing_entry_point_exit_code(unicore_server: UnicoreServer, tmp_path: 
     assert b"ended FAILED" in err
 
 
+@pytest.mark.parametrize("fail", [False, True])
+def test_login_node_commands_run_around_the_job(unicore_server: UnicoreServer, tmp_path: Path,
+                                                capfdbinary: pytest.CaptureFixture[bytes], fail: bool) -> None:
+    """remote-sites §3.1: login-node commands go to ``User precommand``/``User postcommand`` with
+    ``RunUser...OnLoginNode``; the loopback site runs them as UNICORE does (in the working
+    directory, the precommand before the batch job, the postcommand after a successful one), and a
+    failing one fails the job."""
+    proj = make_project(tmp_path)
+    pre = ["echo pre > login-pre.txt", "false"] if fail else ["echo pre > login-pre.txt"]
+    cfg = backend(tmp_path, unicore_server, json.dumps({"Environment": {
+        "PreRunCommandOnLoginNode": pre, "PostRunCommandOnLoginNode": "echo post > login-post.txt"}}))
+    rc = main(["run", str(proj), "--backend-config", str(cfg), "-P", "lr=1", "--workdir", str(tmp_path / "runs")])
+    _, err = capfdbinary.readouterr()
+    remote = only_job(unicore_server)
+    assert (remote / "login-pre.txt").read_text() == "pre\n"
+    if fail:
+        assert rc != 0 and b"User precommand failed with exit code 1" in err, err.decode()
+        assert not (remote / "login-post.txt").exists() and not (remote / "job.rc").exists()
+    else:
+        assert rc == 0, err.decode()
+        assert (remote / "login-post.txt").read_text() == "post\n"
+
+
 def run(proj: Path, cfg: Path, workdir: Path, *extra: str) -> int:
     return main(["run", str(proj), "--backend-config", str(cfg), "--workdir", str(workdir), *extra])
 

@@ -10,9 +10,11 @@ States are read from Slurm when a job is asked for. Knobs: ``faults`` (503 burst
 from __future__ import annotations
 
 import base64
+import os
 import re
 import shlex
 import shutil
+import subprocess
 import threading
 import time
 import uuid
@@ -346,6 +348,10 @@ class UnicoreServer(LoopbackServer):
         with job.lock:
             if not alive or job.status != "STAGINGIN":
                 return
+            failed = self._login_command(job, "precommand")
+            if failed:
+                job.status, job.status_message = "FAILED", failed
+                return
             desc = job.desc
             exe = str(desc.get("Executable", "/bin/true"))
             args = " ".join(str(a) for a in desc.get("Arguments", []))
@@ -393,8 +399,11 @@ class UnicoreServer(LoopbackServer):
                 return
             code_file = job.workdir / "UNICORE_SCRIPT_EXIT_CODE"
             code = code_file.read_text().strip() if code_file.exists() else ""
-            if code == "0":
+            failed = self._login_command(job, "postcommand") if code == "0" else ""
+            if code == "0" and not failed:
                 job.final = ("SUCCESSFUL", "0", "")
+            elif failed:
+                job.final = ("FAILED", code, failed)
             else:
                 job.final = ("FAILED", code or None, "Job was aborted by the user" if job.aborted else (
                     f"Job failed: batch system state {state}" + (f", exit code {code}" if code else "")))
@@ -404,6 +413,21 @@ class UnicoreServer(LoopbackServer):
             timer = threading.Timer(STAGE_OUT_SECONDS, self._finish, (job,))
             timer.daemon = True
             timer.start()
+
+    @staticmethod
+    def _login_command(job: UJob, which: str) -> str:
+        """Run the description's ``User precommand``/``User postcommand`` on the "login node"
+        (here: this machine, in the job's working directory) when ``RunUser...OnLoginNode`` is
+        true, as UNICORE does; its output goes to the job's log. "" if fine, else why it failed."""
+        command = job.desc.get(f"User {which}")
+        flag = f"RunUser{which.capitalize()}OnLoginNode"
+        if not command or str(job.desc.get(flag, "false")).lower() != "true":
+            return ""
+        env = dict(os.environ, UC_WORKING_DIRECTORY=str(job.workdir))
+        r = subprocess.run(["bash", "-c", str(command)], cwd=job.workdir, env=env, capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+        job.log.append(f"User {which}: exit code {r.returncode}; output: {(r.stdout + r.stderr).strip()[:500]}")
+        return "" if r.returncode == 0 else f"User {which} failed with exit code {r.returncode}"
 
     @staticmethod
     def _finish(job: UJob) -> None:
