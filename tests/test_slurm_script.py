@@ -92,6 +92,10 @@ def test_resumable_header(tmp_path: Path) -> None:
                                resume_grace=300))  # fmt: skip
     assert "#SBATCH --no-requeue" in pilot and "#SBATCH --requeue" not in pilot
     assert "#SBATCH --signal=B:USR1@300" in pilot
+    # ... and its warning comes when asked, even above a quarter of the limit (a pilot's drain_margin)
+    short_pilot = render_script(spec(tmp_path, resumable=True, max_requeues=0, directives=("--time=00:10:00",),
+                                     resume_grace=300))  # fmt: skip
+    assert "#SBATCH --signal=B:USR1@300" in short_pilot
 
 
 @pytest.mark.parametrize(
