@@ -51,7 +51,8 @@ class Resources:
     qos: str | None = None
 
     def unicore(self, gpu_resource_name: str = "GPUsPerNode") -> dict[str, Any]:
-        """UNICORE's ``Resources`` object, with only the keys that are set (§1.2, §3.2)."""
+        """These values as UNICORE's ``Resources`` object, keys that are set only. Not sent: a
+        stock site maps them wrongly, so runs are raw jobs with #SBATCH lines (remote-sites.md)."""
         out: dict[str, Any] = {}
         if self.queue is not None:
             out["Queue"] = self.queue
