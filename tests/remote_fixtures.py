@@ -30,6 +30,7 @@ def unicore_server_fixture(slurm_cluster: dict[str, str], tmp_path: Path, monkey
     from launchers.remote.unicore_executor import UnicoreExecutor
 
     server = UnicoreServer(tmp_path / "unicore-site", {UNICORE_USER: UNICORE_PASSWORD})
+    server.exit_code_grace = 3.0  # about 2 minutes at a real site
     server.start()
     monkeypatch.setenv("LAUNCHERS_UNICORE_USERNAME", UNICORE_USER)
     monkeypatch.setenv("LAUNCHERS_UNICORE_PASSWORD", UNICORE_PASSWORD)

@@ -193,11 +193,9 @@ def test_memory_alias_and_zero_gpus(tmp_path: Path) -> None:
 
 def test_total_and_per_node_cpus(tmp_path: Path) -> None:
     res = "Resources: {Queue: q, TotalCPUs: 8, CPUsPerNode: 4}\n"
-    cfg = load_backend_config(write(tmp_path, f"UnicoreApiUrl: {URL}\n" + res), environ={})
-    assert cfg.resources.unicore()["TotalCPUs"] == 8 and cfg.resources.unicore()["CPUsPerNode"] == 4
-    fc = "Firecrest: {ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m}\n"
-    line = one_error(tmp_path, fc + res)
-    assert ": Resources.TotalCPUs: " in line and "multiply" in line
+    for head in (f"UnicoreApiUrl: {URL}\n", "Firecrest: {ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m}\n"):
+        line = one_error(tmp_path, head + res)  # both become #SBATCH lines (UNICORE: a raw job)
+        assert ": Resources.TotalCPUs: " in line and "multiply" in line
 
 
 @pytest.mark.parametrize(

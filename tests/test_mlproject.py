@@ -229,8 +229,11 @@ def test_dry_run_unicore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "conda_env is not used" in err
     assert "data/a.csv  (pattern '*.csv')" in out and "backend.yaml  (pattern 'backend.yaml')" in out
     assert "  keep.csv" in out and "  venv/bin/activate" in out  # a relative Python is accepted (Mantik refused it)
-    desc = json.loads(out.split("job description:\n", 1)[1].split("\n\njob.sh:", 1)[0])
-    assert desc["Resources"] == {"Queue": "batch", "Runtime": "600", "MemoryPerNode": "1024M"}
+    desc = json.loads(out.split("job description:\n", 1)[1].split("\n\nBSS file", 1)[0])
+    assert desc["Job type"] == "raw" and desc["BSS file"] == "job.sbatch" and "Resources" not in desc
+    bss = out.split("BSS file (job.sbatch):\n", 1)[1].split("\njob.sh:", 1)[0]
+    for line in ("--partition=batch", "--time=0-00:10:00", "--mem=1024M", "--output=job.out"):
+        assert f"#SBATCH {line}\n" in bss, line
     assert desc["Executable"] == "./job.sh" and desc["Stdout"] == "job.out" and desc["Stderr"] == "job.err"
     assert "source venv/bin/activate" in out
     assert 'export GREETING="hello $USER"' in out
@@ -387,13 +390,10 @@ def test_backend_config_resources_are_sent_as_written(tmp_path: Path, site: str,
                                 name=task.name, task_id=task.task_id)  # fmt: skip
     payload = task_payload(job, site)  # type: ignore[arg-type]
     if site == "unicore":
-        assert payload.description is not None
-        assert payload.description["Resources"] == {
-            "Queue": "batch", "Runtime": "90", "Nodes": 2, "TotalCPUs": 8, "MemoryPerNode": "1024M",
-            "Reservation": "r1", "QoS": "q"}  # fmt: skip
-        assert payload.description["Project"] == "budget"
-    else:
-        script = payload.script("/scratch/run")
+        assert payload.description is not None and "Resources" not in payload.description
+        assert payload.description["Job type"] == "raw" and payload.bss_file is not None
+    script = payload.bss_file if site == "unicore" else payload.script("/scratch/run")
+    if script:
         for line in ("--partition=batch", "--time=0-00:02:00", "--nodes=2", "--ntasks=8", "--mem=1024M",
                      "--reservation=r1", "--qos=q", "--account=budget"):  # fmt: skip
             assert f"#SBATCH {line}\n" in script, line

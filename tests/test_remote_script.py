@@ -22,6 +22,8 @@ from launchers.remote.script import (
     job_name,
     quote_variable,
     render_job_script,
+    sbatch_pairs,
+    unicore_bss_file,
     unicore_description,
 )
 
@@ -196,9 +198,10 @@ def test_firecrest_runs_in_its_directory(tmp_path: Path) -> None:
 
 
 def test_unicore_description() -> None:
+    """A raw job (remote-sites.md, "UNICORE: server behaviours we rely on and work around"): the
+    resources travel as #SBATCH lines of the BSS file, never as UNICORE Resources."""
     env = validate_environment({"PreRunCommandOnLoginNode": ["echo a", "false", "echo c"], "PostRunCommandOnLoginNode": "echo post"}, "b.yaml")
-    res = Resources(queue="batch", runtime=3600, nodes=1, gpus_per_node=4, memory_per_node=16 * 1024**3)
-    desc = unicore_description(name="train-3f2a", resources=res, environment=env, account="myproject", task_id="train-3f2a0011")
+    desc = unicore_description(name="train-3f2a", environment=env, task_id="train-3f2a0011")
     assert desc == {
         "Name": "train-3f2a",
         "Executable": "./job.sh",
@@ -206,8 +209,8 @@ def test_unicore_description() -> None:
         "Stdout": "job.out",
         "Stderr": "job.err",
         "haveClientStageIn": "true",
-        "Resources": {"Queue": "batch", "Runtime": "3600", "Nodes": 1, "GPUsPerNode": 4, "MemoryPerNode": "16384M"},
-        "Project": "myproject",
+        "Job type": "raw",
+        "BSS file": "job.sbatch",
         "Tags": ["launchers", "train-3f2a0011"],
         "User precommand": "eval 'echo a' && eval 'false' && eval 'echo c'",
         "RunUserPrecommandOnLoginNode": "true",
@@ -216,8 +219,18 @@ def test_unicore_description() -> None:
     }
     proc = subprocess.run(["bash", "-c", desc["User precommand"]], capture_output=True, text=True, timeout=10)
     assert proc.returncode == 1 and proc.stdout == "a\n"  # chained: c never runs
-    site_name = unicore_description(name="x", resources=Resources(gpus_per_node=2), environment=env, gpu_resource_name="GPUS")
-    assert site_name["Resources"] == {"GPUS": 2} and "Project" not in site_name
+
+
+def test_unicore_bss_file() -> None:
+    res = Resources(queue="batch", runtime=3599, nodes=1, cpus_per_node=2, gpus_per_node=1, memory_per_node=8 * 1024**3)
+    text = unicore_bss_file("train 3f2a", sbatch_pairs(res, "myproject"))
+    assert text == (
+        "#!/bin/bash\n#SBATCH --job-name=train_3f2a\n#SBATCH --output=job.out\n#SBATCH --error=job.err\n"
+        "#SBATCH --partition=batch\n#SBATCH --time=0-01:00:00\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=1\n"
+        "#SBATCH --cpus-per-task=2\n#SBATCH --gpus-per-node=1\n#SBATCH --mem=8192M\n#SBATCH --account=myproject\n"
+    )
+    with pytest.raises(ScriptError, match="--chdir is set by launchers"):
+        unicore_bss_file("x", (("chdir", "/tmp"),))
 
 
 def test_job_name() -> None:

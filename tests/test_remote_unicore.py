@@ -67,8 +67,10 @@ def test_run_mlproject_end_to_end(unicore_server: UnicoreServer, tmp_path: Path,
     for name in ("UNICORE_Job_ID", "bss_submit_ID", "UNICORE_SCRIPT_EXIT_CODE", "job.rc"):
         assert (remote / name).exists(), name
     job = next(iter(server.jobs.values()))
-    assert job.desc["Executable"] == "./job.sh" and job.desc["Resources"]["Queue"] == "debug"
-    assert job.desc["Resources"]["MemoryPerNode"] == "256M"
+    assert job.desc["Executable"] == "./job.sh" and job.desc["Job type"] == "raw"
+    bss = (remote / "bss_submit_ID").read_text()  # our BSS file, then the TSI's call of its script
+    assert "#SBATCH --partition=debug\n" in bss and "#SBATCH --mem=256M\n" in bss
+    assert bss.endswith(f"{remote}/UNICORE_Job_ID\n")
     assert UNICORE_PASSWORD not in all_text(workdir)
     assert UNICORE_PASSWORD not in caplog.text
     assert time.monotonic() - t0 < 40
@@ -101,7 +103,8 @@ def test_login_node_commands_run_around_the_job(unicore_server: UnicoreServer, t
     remote = only_job(unicore_server)
     assert (remote / "login-pre.txt").read_text() == "pre\n"
     if fail:
-        assert rc != 0 and b"User precommand failed with exit code 1" in err, err.decode()
+        assert rc != 0 and b"Pre-command(s) failed: [Command exited with non-zero exit code: <1>" in err, err.decode()
+        assert (remote / ".UNICORE_PRE_0" / "stdout").exists()  # where UNICORE puts its output
         assert not (remote / "login-post.txt").exists() and not (remote / "job.rc").exists()
     else:
         assert rc == 0, err.decode()
@@ -145,8 +148,10 @@ def test_wrong_password_is_an_authentication_error(unicore_server: UnicoreServer
     rc = run(make_project(tmp_path), backend(tmp_path, unicore_server), tmp_path / "runs")
     err = capfdbinary.readouterr()[1].decode()
     assert rc == 1
-    assert "LAUNCHERS_UNICORE_USERNAME and LAUNCHERS_UNICORE_PASSWORD" in err and "anonymous" in err
+    # a UNICORE site answers 403 on every path to credentials it cannot verify
+    assert "LAUNCHERS_UNICORE_USERNAME and LAUNCHERS_UNICORE_PASSWORD" in err and "403 Forbidden" in err
     assert UNICORE_PASSWORD not in err
+    assert unicore_server.requests and all(code == 403 for _, _, code in unicore_server.requests)
 
 
 def test_mantik_variables_for_a_standalone_config(unicore_server: UnicoreServer, tmp_path: Path,

@@ -331,8 +331,9 @@ def test_memory_alias(tmp_path: Path) -> None:
 def test_totalcpus_with_cpuspernode(tmp_path: Path) -> None:
     (line,) = problems(tmp_path, fc("{Queue: q, TotalCPUs: 8, CPUsPerNode: 4}"))
     assert "Resources.TotalCPUs" in line
-    res = load(tmp_path, uc("{Queue: q, TotalCPUs: 8, CPUsPerNode: 4}")).resources.unicore()
-    assert res["TotalCPUs"] == 8 and res["CPUsPerNode"] == 4
+    # UNICORE runs now send #SBATCH lines too (a raw job): the same rule (remote-sites.md)
+    (line,) = problems(tmp_path, uc("{Queue: q, TotalCPUs: 8, CPUsPerNode: 4}"))
+    assert "Resources.TotalCPUs" in line and "UNICORE" in line
 
 
 # "The account (...) is not in the file: --account, else the site's account, else
@@ -560,7 +561,7 @@ def test_script_command_failure_skips_post(tmp_path: Path) -> None:
 def test_login_commands_in_description(tmp_path: Path) -> None:
     env = validate_environment({"PreRunCommandOnLoginNode": ["echo a", "false", "touch never"],
                                 "PostRunCommandOnLoginNode": "echo done"}, None)
-    desc = unicore_description(name="n", resources=Resources(queue="q"), environment=env)
+    desc = unicore_description(name="n", environment=env)
     assert desc["RunUserPrecommandOnLoginNode"] == "true" and desc["RunUserPostcommandOnLoginNode"] == "true"
     assert desc["User postcommand"] == "echo done"
     proc = subprocess.run(["bash", "-c", desc["User precommand"]], cwd=tmp_path, capture_output=True, timeout=30)
@@ -574,15 +575,12 @@ def test_login_commands_in_description(tmp_path: Path) -> None:
 # "Variables are exported by job.sh, not via Environment"
 def test_unicore_description_keys() -> None:
     env = validate_environment({"Variables": {"A": "1"}}, None)
-    desc = unicore_description(name="train 3f2a/" + "x" * 80, resources=Resources(queue="batch", runtime=3600, nodes=1,
-                               gpus_per_node=4, memory_per_node=16 << 30), environment=env, account="myproject",
-                               task_id="train-3f2a")
+    desc = unicore_description(name="train 3f2a/" + "x" * 80, environment=env, task_id="train-3f2a")
+    # resources travel in the BSS file of a raw job (remote-sites.md, "UNICORE: server behaviours")
     assert desc == {"Name": ("train_3f2a_" + "x" * 80)[:64], "Executable": "./job.sh", "Arguments": [],
                     "Stdout": "job.out", "Stderr": "job.err", "haveClientStageIn": "true",
-                    "Resources": {"Queue": "batch", "Runtime": "3600", "Nodes": 1, "GPUsPerNode": 4,
-                                  "MemoryPerNode": "16384M"},
-                    "Project": "myproject", "Tags": ["launchers", "train-3f2a"]}
-    bare = unicore_description(name="n", resources=Resources(queue="q"), environment=validate_environment(None, None))
+                    "Job type": "raw", "BSS file": "job.sbatch", "Tags": ["launchers", "train-3f2a"]}
+    bare = unicore_description(name="n", environment=validate_environment(None, None))
     assert "Project" not in bare and "User precommand" not in bare and "Environment" not in bare
 
 
@@ -751,6 +749,8 @@ def test_unicore_run_description_at_the_site(unicore_server: Any, tmp_path: Path
     (ujob,) = unicore_server.jobs.values()
     desc = ujob.desc
     assert desc["Executable"] == "./job.sh" and desc["Stdout"] == "job.out" and desc["Stderr"] == "job.err"
-    assert desc["Resources"] == {"Queue": "debug", "Runtime": "300", "MemoryPerNode": "100M"}
+    assert desc["Job type"] == "raw" and "Resources" not in desc
+    bss = (ujob.workdir / "job.sbatch").read_text()
+    assert "#SBATCH --partition=debug\n" in bss and "#SBATCH --time=0-00:05:00\n" in bss and "#SBATCH --mem=100M\n" in bss
     assert desc["Tags"][0] == "launchers" and "Environment" not in desc
     assert not (ujob.workdir / "data").exists() and (ujob.workdir / "train.py").exists()

@@ -22,10 +22,11 @@ def slurm_env() -> dict[str, str]:
     return env
 
 
-def run_slurm(argv: Sequence[str], stdin: str | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+def run_slurm(argv: Sequence[str], stdin: str | None = None, timeout: float = 30.0,
+              cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run one Slurm command (never raises for a non-zero exit)."""
     return subprocess.run(list(argv), input=stdin, capture_output=True, text=True, env=slurm_env(),
-                          timeout=timeout, stdin=None if stdin is not None else subprocess.DEVNULL)
+                          timeout=timeout, stdin=None if stdin is not None else subprocess.DEVNULL, cwd=cwd)
 
 
 class SlurmRow(dict):  # type: ignore[type-arg]
@@ -159,8 +160,12 @@ class Request:
             return None
 
 
+#: a ``Response`` status meaning "no answer at all": the connection is closed
+DROP = 0
+
+
 class Response:
-    """What a route returns: status, headers, body bytes."""
+    """What a route returns: status, headers, body bytes (status ``DROP``: no answer)."""
 
     def __init__(self, status: int, body: bytes | str | Any = b"", headers: Mapping[str, str] | None = None,
                  content_type: str | None = None) -> None:
@@ -207,6 +212,10 @@ class LoopbackServer:
                         resp = server.handle(req)
                     except Exception as e:  # a server bug must show in the test, not hang it
                         resp = server.error(500, f"server error: {type(e).__name__}: {e}")
+                if resp.status == DROP:  # the server never answers: close the connection
+                    server.requests.append((method, req.path, DROP))
+                    self.close_connection = True
+                    return
                 server.faults.count(resp.status)
                 server.requests.append((method, req.path, resp.status))
                 self.send_response(resp.status)

@@ -10,6 +10,7 @@ States are read from Slurm when a job is asked for. Knobs: ``faults`` (503 burst
 from __future__ import annotations
 
 import base64
+import math
 import os
 import re
 import shlex
@@ -20,8 +21,10 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from .common import (
+    DROP,
     LoopbackServer,
     Request,
     Response,
@@ -31,65 +34,211 @@ from .common import (
     slurm_final,
 )
 
-SIZE_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
-TIME_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+# -- UNICORE/X: the job description as the ``#TSI_`` lines of a submit command ---------------
+# (JSONParser.parseResourceRequest, UnitParser, TSIMessages.makeSubmitCommand and
+# appendTSIResourceSpec of UNICORE/X 2.7.0 to 3.0.0 and its HEAD; remote-sites.md, "UNICORE: server
+# behaviours we rely on and work around")
+
+CAPACITY_UNITS = (("", "bytes"), ("K", "kilobytes", "kb"), ("M", "megabytes", "mb"), ("G", "gigabytes", "gb"),
+                  ("T", "terabytes", "tb"))
+TIME_UNITS = (("sec", "seconds"), ("min", "minutes"), ("h", "hours"), ("d", "days"))
+CAPACITY_FACTORS = (1024, 1024, 1024, 1024)
+TIME_FACTORS = (60, 60, 24)
+MEGABYTE = 1024 * 1024
+#: characters the server refuses in any value it writes into the TSI message
+ILLEGAL = ("\n", "\r", "`", "$(")
 
 
-def _minutes(text: Any) -> int:
-    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", str(text))
+def java_int(value: int) -> int:
+    """A Java ``(int)`` cast of a long: the low 32 bits, two's complement."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def unit_value(text: str, units: tuple[tuple[str, ...], ...], factors: tuple[int, ...]) -> int:
+    """UNICORE's ``UnitParser``: a number and a unit whose name *starts with* what is written
+    (``m`` is ``min``/``megabytes``); factors multiplied in a Java int (``T`` overflows to 0)."""
+    m = re.fullmatch(r"\s*(\d*[.,]?\d*)\s*(\w*)\s*", text)
     if not m:
-        raise ValueError(f"bad Runtime {text!r}")
-    seconds = int(m.group(1)) * TIME_UNITS.get(m.group(2) or "s", 1)
-    return max(1, (seconds + 59) // 60)
+        raise ValueError(f"not a parsable value: {text}")
+    number, unit = m.groups()
+    row = next((i for i, names in enumerate(units) if any(n.startswith(unit) for n in names)), None)
+    if row is None:
+        raise ValueError(f"No conversion for unit '{unit}'")
+    factor = 1
+    for f in factors[:row]:
+        factor = java_int(factor * f)
+    return int(float(number) * factor)  # Double.parseDouble refuses "1,5" as float() does
 
 
-def _mib(text: Any) -> int:
-    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)B?\s*", str(text), re.IGNORECASE)
-    if not m:
-        raise ValueError(f"bad memory {text!r}")
-    value = int(m.group(1)) * SIZE_UNITS.get((m.group(2) or "M").upper(), 1)
-    return max(1, int(value + 0.999))
+def to_int(value: str) -> int:
+    """``ResourceRequest.toInt``: ``(int) Math.round(Double.parseDouble(v))``."""
+    return java_int(math.floor(float(value) + 0.5))
+
+
+def parse_resources(desc: dict[str, Any]) -> dict[str, str]:
+    """The job's resource requests (values as UNICORE stores them: memory in bytes, runtime in
+    seconds); ``Memory`` is ``MemoryPerNode``, the top-level ``Project`` one more request.
+    Raises ValueError (the POST fails) for a value that does not parse."""
+    out: dict[str, str] = {}
+    for name, value in (desc.get("Resources") or {}).items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        try:
+            if name in ("MemoryPerNode", "Memory"):
+                text = str(unit_value(text, CAPACITY_UNITS, CAPACITY_FACTORS))
+            elif name == "Runtime":
+                text = str(unit_value(text, TIME_UNITS, TIME_FACTORS))
+        except ValueError as e:
+            raise ValueError(f"Could not parse requested resource <{name}>: {e}") from None
+        out["MemoryPerNode" if name == "Memory" else name] = text
+    if desc.get("Project"):
+        out["Project"] = str(desc["Project"])
+    return out
+
+
+def _legal(value: str, what: str) -> str:
+    if any(x in value for x in ILLEGAL):
+        raise ValueError(f"{what} contains illegal characters")
+    return value
+
+
+def tsi_submit_lines(desc: dict[str, Any], workdir: Path) -> list[str]:
+    """The ``#TSI_`` lines UNICORE/X sends the TSI for a batch job (bugs included: memory in
+    bytes squeezed into an int, ``#TSI_GPUS_PER_NODE`` written from the memory variable)."""
+    res = parse_resources(desc)
+    wd = f"{workdir}/"
+    lines = ["#TSI_SUBMIT"]
+    if "Reservation" in res:
+        lines.append(f"#TSI_RESERVATION_REFERENCE {_legal(res.pop('Reservation'), 'Reservation reference')}")
+    lines += [f"#TSI_OUTCOME_DIR {wd}", f"#TSI_USPACE_DIR {wd}",
+              f"#TSI_STDOUT {_legal(str(desc.get('Stdout') or 'stdout'), 'Stdout')}",
+              f"#TSI_STDERR {_legal(str(desc.get('Stderr') or 'stderr'), 'Stderr')}",
+              f"#TSI_JOBNAME {_legal(str(desc.get('Name') or 'UNICORE_Job'), 'Job name')}", "#TSI_EMAIL NONE"]
+    if str(desc.get("Job type", "BATCH")).upper() == "RAW":
+        return [*lines, "#TSI_JOB_MODE raw", f"#TSI_JOB_FILE {desc.get('BSS file')}"]
+    queue = _legal(res["Queue"], "Queue") if "Queue" in res else "NONE"
+    for key, tsi in (("Project", "PROJECT"), ("QoS", "QOS"), ("NodeConstraints", "BSS_NODES_FILTER")):
+        if key in res:
+            lines.append(f"#TSI_{tsi} {_legal(res[key], key)}")
+
+    def number(key: str) -> int:
+        try:
+            return to_int(res[key]) if key in res else -1
+        except ValueError:
+            return -1
+
+    total, per_node, nodes, gpus = number("TotalCPUs"), number("CPUsPerNode"), number("Nodes"), number("GPUsPerNode")
+    memory = -1
+    if "MemoryPerNode" in res:
+        try:
+            memory = int(to_int(res["MemoryPerNode"]) / MEGABYTE)  # Java int division
+        except ValueError:
+            pass
+    run_time = -1
+    try:
+        run_time = int(res["Runtime"]) if "Runtime" in res else -1
+    except ValueError:
+        pass
+    if run_time > 0:
+        lines.append(f"#TSI_TIME {run_time}")
+    if memory > 0:
+        lines.append(f"#TSI_MEMORY {memory}")
+    if gpus > 0:
+        lines.append(f"#TSI_GPUS_PER_NODE {memory}")
+    lines += [f"#TSI_NODES {nodes}", f"#TSI_PROCESSORS_PER_NODE {per_node}", f"#TSI_TOTAL_PROCESSORS {total}",
+              f"#TSI_QUEUE {queue}"]
+    return lines
+
+
+# -- the Slurm TSI (tsi slurm/BSS.py): ``#TSI_`` lines -> ``#SBATCH`` lines ------------------------
+
+
+def _tsi_param(message: list[str], name: str, default: str | None = None) -> str | None:
+    prefix = f"#TSI_{name} "
+    for line in message:
+        if line.startswith(prefix) and line[len(prefix):]:
+            return line[len(prefix):]
+    return default
+
+
+def _tsi_number(message: list[str], name: str) -> int:
+    try:
+        return int(float(_tsi_param(message, name) or ""))
+    except ValueError:
+        return -1
+
+
+def tsi_sbatch_lines(message: list[str], default_job_name: str = "UNICORE_Job") -> list[str]:
+    """The ``#SBATCH`` lines the stock Slurm TSI writes for a ``normal`` job: CPUs only with
+    ``Nodes`` (else ``--ntasks`` from the total), never ``--cpus-per-task``; a job name outside
+    ``[0-9a-zA-Z.:=~/]`` becomes ``UNICORE_job``; the runtime in whole minutes, rounded down."""
+    p = lambda name, default=None: _tsi_param(message, name, default)  # noqa: E731
+    n = lambda name: _tsi_number(message, name)  # noqa: E731
+    name = p("JOBNAME", default_job_name) or default_job_name
+    if re.search(r"[^0-9a-zA-Z\.:.=~/]", name):
+        name = "UNICORE_job"
+    opts = [f"--job-name={name}"]
+    if p("QUEUE", "NONE") != "NONE":
+        opts.append(f"--partition={p('QUEUE')}")
+    if p("PROJECT", "NONE") != "NONE":
+        opts.append(f"--account={p('PROJECT')}")
+    if n("NODES") > 0:
+        opts.append(f"--nodes={n('NODES')}")
+        if n("PROCESSORS_PER_NODE") > 0:
+            opts.append(f"--ntasks-per-node={n('PROCESSORS_PER_NODE')}")
+    elif n("TOTAL_PROCESSORS") > 0:
+        opts.append(f"--ntasks={n('TOTAL_PROCESSORS')}")
+    if n("GPUS_PER_NODE") > 0:
+        opts.append(f"--gpus-per-node={n('GPUS_PER_NODE')}")
+    if p("BSS_NODES_FILTER", "NONE") != "NONE":
+        opts.append(f"--constraint={p('BSS_NODES_FILTER')}")
+    if p("QOS", "NONE") != "NONE":
+        opts.append(f"--qos={p('QOS')}")
+    if n("MEMORY") >= 0:
+        opts.append(f"--mem={n('MEMORY')}")
+    if n("TIME") > 0:
+        opts.append(f"--time={max(int(n('TIME') / 60), 1)}")
+    if p("RESERVATION_REFERENCE", "NONE") != "NONE":
+        opts.append(f"--reservation={p('RESERVATION_REFERENCE')}")
+    outcome = p("OUTCOME_DIR", "") or ""
+    opts += [f"--output={outcome}{p('STDOUT', 'stdout')}", f"--error={outcome}{p('STDERR', 'stderr')}",
+             f"--chdir={p('USPACE_DIR')}"]
+    return ["#SBATCH " + o for o in opts]
 
 
 def sbatch_lines(desc: dict[str, Any], workdir: Path) -> list[str]:
-    """UNICORE's Resources (and Name, Project) as ``#SBATCH`` lines, as UNICORE maps them."""
-    res = desc.get("Resources") or {}
-    out = [f"--job-name={desc.get('Name', 'UNICORE_Job')}", f"--chdir={workdir}",
-           f"--output={workdir}/{desc.get('Stdout', 'stdout')}", f"--error={workdir}/{desc.get('Stderr', 'stderr')}"]
-    if "Queue" in res:
-        out.append(f"--partition={res['Queue']}")
-    if desc.get("Project"):
-        out.append(f"--account={desc['Project']}")
-    if "Nodes" in res:
-        out.append(f"--nodes={res['Nodes']}")
-        if "CPUsPerNode" in res:
-            out.append(f"--ntasks-per-node={res['CPUsPerNode']}")
-    if "TotalCPUs" in res and "CPUsPerNode" not in res:
-        out.append(f"--ntasks={res['TotalCPUs']}")
-    elif "CPUsPerNode" in res and "Nodes" not in res:
-        out.append(f"--ntasks-per-node={res['CPUsPerNode']}")
-    if "GPUsPerNode" in res:
-        out.append(f"--gpus-per-node={res['GPUsPerNode']}")
-    mem = res.get("MemoryPerNode", res.get("Memory"))
-    if mem is not None:
-        out.append(f"--mem={_mib(mem)}M")
-    if "Runtime" in res:
-        out.append(f"--time={_minutes(res['Runtime'])}")
-    for key, opt in (("NodeConstraints", "constraint"), ("QoS", "qos"), ("Reservation", "reservation")):
-        if key in res:
-            out.append(f"--{opt}={res[key]}")
-    return ["#SBATCH " + o for o in out]
+    """What a stock site (UNICORE/X + Slurm TSI) puts in ``bss_submit_ID`` for a batch job."""
+    return tsi_sbatch_lines(tsi_submit_lines(desc, workdir))
 
 
-#: How long a job shows STAGINGOUT after its batch job ended (no exports to stage out here).
-STAGE_OUT_SECONDS = 0.2
-STAGE_IN_SECONDS = 0.2
+#: the error of a stock site's abort, of a job found without exit code file, of a failed application
+ABORTED = "Job aborted."
+NO_EXIT_CODE = ("Job did not complete normally on BSS, please check standard error file and job log for "
+                "more information.")
+
+
+def nonzero_message(code: str, workdir: Path) -> str:
+    return (f"User application exited with non-zero exit code: <{code}>. More information might be "
+            f"available in the job's working directory '{workdir}/'")
+
+
+def java_url_decode(text: str) -> str:
+    """``SMSUtils.urlDecode``: ``+`` kept, ``%XX`` decoded as UTF-8; a malformed escape leaves
+    the whole text as it was (Java's URLDecoder throws, UNICORE keeps the input)."""
+    if re.search(r"%(?![0-9A-Fa-f]{2})", text):
+        return text
+    return unquote(text, errors="replace")
+
+
+def storage_path(raw: str) -> str:
+    """A file path as a UNICORE storage sees it: decoded by JAX-RS, then again by ``makeSMSLocal``."""
+    return java_url_decode(unquote(raw, errors="replace"))
 
 
 class UJob:
     """One UNICORE job on the server."""
 
-    def __init__(self, jid: str, desc: dict[str, Any], workdir: Path, owner: str) -> None:
+    def __init__(self, jid: str, desc: dict[str, Any], workdir: Path, owner: str, lifetime: float) -> None:
         self.id = jid
         self.desc = desc
         self.workdir = workdir
@@ -99,10 +248,15 @@ class UJob:
         self.exit_code: str | None = None
         self.bss_id = "N/A"
         self.log: list[str] = ["Created with ID " + jid]
+        self.created = time.time()
         self.submitted = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.termination = self.created + lifetime
         self.aborted = False
         self.lock = threading.Lock()
         self.final: tuple[str, str | None, str] | None = None  # decided while STAGINGOUT shows
+        #: when the batch job was first seen gone without an exit code file (grace period)
+        self.no_exit_code_since: float | None = None
+        self.bss_checked = float("-inf")
 
 
 class UnicoreServer(LoopbackServer):
@@ -130,6 +284,23 @@ class UnicoreServer(LoopbackServer):
         self._job_gets_in_flight = 0
         #: shared storages every user has (``/storages/NAME``), as a site's ``HOME``
         self.user_storages = ["HOME"]
+        # -- delays of the real server, short by default so that tests stay quick -------------
+        #: how long STAGINGIN (no imports here) and STAGINGOUT (no exports) show
+        self.stage_in_seconds = 0.2
+        self.stage_out_seconds = 0.2
+        #: how long a job whose batch job ended without exit code file stays RUNNING before
+        #: FAILED "Job did not complete normally on BSS" (about 2 minutes at a real site)
+        self.exit_code_grace = 120.0
+        #: a job's lifetime (termination time); 10 days in UNICORE's shipped configuration
+        self.job_lifetime = 864000.0
+        #: a Range starting past the end makes UNICORE loop forever; here the request hangs this
+        #: long, then the connection is dropped without an answer (never stalls the suite)
+        self.range_hang_seconds = 3.0
+        #: Range requests that started past the end of the file (for the tests)
+        self.range_past_end = 0
+        #: UNICORE learns batch states from periodic queue listings: a state is at most this old
+        #: (0: read on every request; a test raises it to freeze what the site knows)
+        self.bss_update_interval = 0.0
 
     @property
     def base_url(self) -> str:
@@ -183,16 +354,27 @@ class UnicoreServer(LoopbackServer):
                 return self.error(432, "security session expired")
         user = self.user_of(req)
         rest = req.path[len(self.prefix):].rstrip("/") if req.path != self.prefix + "/" else ""
+        if user is None and req.headers.get("Authorization"):
+            # credentials that cannot be verified: 403 on every path, with no body (AuthNHandler)
+            return Response(403, b"")
         if user is None:
             if rest == "" and req.method == "GET":
                 return Response(200, self.site_info(None))
             return self.error(401, "authentication required")
+        self.expire_jobs()
         resp = self.route(req, rest, user)
         sid = uuid.uuid4().hex
         self.sessions[sid] = (user, time.time() + self.session_lifetime_ms / 1000)
         resp.headers["X-UNICORE-SecuritySession"] = sid
         resp.headers["X-UNICORE-SecuritySession-Lifetime"] = str(self.session_lifetime_ms)
         return resp
+
+    def expire_jobs(self) -> None:
+        """Jobs past their termination time are destroyed, as UNICORE's lifetime manager does:
+        aborted, their working directory deleted; their URL then answers 404."""
+        now = time.time()
+        for job in [j for j in list(self.jobs.values()) if j.termination <= now]:
+            self.destroy(job)
 
     def expire_sessions(self) -> None:
         """Make every security session issued so far expired (next use: 432)."""
@@ -227,8 +409,10 @@ class UnicoreServer(LoopbackServer):
         m = re.fullmatch(r"/jobs/([\w-]+)(/actions/(start|abort|restart))?", rest)
         if m:
             job = self.jobs.get(m.group(1))
-            if job is None or job.owner != user:
+            if job is None:
                 return self.error(404, f"job {m.group(1)} not found")
+            if job.owner != user:
+                return self.error(403, "Access denied.")
             if m.group(3):
                 if req.method != "POST":
                     return self.error(405, "POST an action")
@@ -243,8 +427,10 @@ class UnicoreServer(LoopbackServer):
         m = re.fullmatch(r"/storages/([\w-]+)-uspace(/files(/.*)?|/actions/(rename|copy))?", rest)
         if m:
             job = self.jobs.get(m.group(1))
-            if job is None or job.owner != user:
+            if job is None:
                 return self.error(404, "storage not found")
+            if job.owner != user:
+                return self.error(403, "Access denied.")
             return self.storage(req, f"{job.id}-uspace", job.workdir, m.group(2), m.group(3), m.group(4))
         if rest == "/storages" and req.method == "GET":
             return Response(200, {"storages": [self.base_url + "/storages/" + n for n in self.user_storages]})
@@ -274,14 +460,14 @@ class UnicoreServer(LoopbackServer):
             if req.method != "POST":
                 return self.error(405, "POST an action")
             return self.storage_action(root, action, req.json() or {})
-        return self.files(req, root, (rel or "/").lstrip("/"))
+        return self.files(req, root, storage_path(rel or "/").lstrip("/"))
 
     def storage_action(self, root: Path, action: str, body: dict[str, Any]) -> Response:
         """``rename``/``copy`` with ``{"from": P, "to": Q}`` (paths relative to the storage root),
         as UNICORE's storage does through its TSI: a rename is one ``rename(2)``, a missing source
         an error (500, its message)."""
-        src, dst = (root / str(body.get("from", "")).lstrip("/")).resolve(), \
-            (root / str(body.get("to", "")).lstrip("/")).resolve()
+        src, dst = (root / java_url_decode(str(body.get("from", ""))).lstrip("/")).resolve(), \
+            (root / java_url_decode(str(body.get("to", ""))).lstrip("/")).resolve()
         for p in (src, dst):
             if root.resolve() not in (p, *p.parents):
                 return self.error(400, "path outside the storage")
@@ -293,16 +479,22 @@ class UnicoreServer(LoopbackServer):
                 shutil.copyfile(src, dst)
         except OSError as e:
             return self.error(500, f"Could not {action} {body.get('from')} to {body.get('to')}: {e.strerror}")
-        return Response(200, {})
+        return Response(204)  # an action without a reply
 
     def submit(self, req: Request, user: str) -> Response:
         desc = req.json()
         if not isinstance(desc, dict):
             return self.error(400, "a job description must be a JSON object")
+        try:  # what the job description parser refuses fails the POST; resource limits do not
+            parse_resources(desc)
+            if str(desc.get("Job type", "BATCH")).upper() == "RAW" and not desc.get("BSS file"):
+                raise ValueError("Job type 'raw' requires 'BSS file'")
+        except ValueError as e:
+            return self.error(500, f"Could not submit job: {e}")
         jid = str(uuid.uuid4())
         workdir = self.root / jid
         workdir.mkdir(parents=True)
-        job = UJob(jid, desc, workdir, user)
+        job = UJob(jid, desc, workdir, user, self.job_lifetime)
         with self.lock:
             self.jobs[jid] = job
         if str(desc.get("haveClientStageIn", "false")).lower() != "true":
@@ -310,18 +502,23 @@ class UnicoreServer(LoopbackServer):
         return Response(201, b"", {"Location": self.base_url + "/jobs/" + jid})
 
     def action(self, job: UJob, name: str) -> Response:
+        """``start`` and ``abort`` answer 204 (no reply). Abort is immediate, as UNICORE's: the
+        job is FAILED "Job aborted." right after scancel, with no exit code and no STAGINGOUT,
+        while the batch job may still be running its traps; a finished job is left alone."""
         if name == "start":
             if job.status == "READY":
                 self.start_job(job)
-            return Response(200, {})
+            return Response(204)
         if name == "abort":
             with job.lock:
-                if job.bss_id != "N/A" and job.status not in ("SUCCESSFUL", "FAILED"):
-                    run_slurm(["scancel", job.bss_id])
+                if job.status not in ("SUCCESSFUL", "FAILED"):
+                    if job.bss_id != "N/A":
+                        run_slurm(["scancel", job.bss_id])
                     job.aborted = True
-                elif job.status in ("READY", "STAGINGIN"):
-                    job.status, job.status_message = "FAILED", "Job was aborted by the user"
-            return Response(200, {})
+                    job.final = None
+                    job.status, job.status_message, job.exit_code = "FAILED", ABORTED, None
+                    job.log.append("Got 'abort' request.")
+            return Response(204)
         return self.error(400, f"action {name} is not supported here")
 
     def destroy(self, job: UJob) -> None:
@@ -336,53 +533,73 @@ class UnicoreServer(LoopbackServer):
         then the batch submission."""
         with job.lock:
             job.status = "STAGINGIN"
-        timer = threading.Timer(STAGE_IN_SECONDS, self._submit_to_batch, (job,))
+        timer = threading.Timer(self.stage_in_seconds, self._submit_to_batch, (job,))
         timer.daemon = True
         timer.start()
 
     def _submit_to_batch(self, job: UJob) -> None:
-        """Write the two scripts and sbatch them (QUEUED), unless the job was aborted or destroyed
-        while staging in."""
+        """QUEUED (UNICORE's PENDING): the login-node precommand runs first, writing into
+        ``.UNICORE_PRE_0/``; then the two scripts are written and sbatched. Nothing is submitted
+        for a job aborted or destroyed meanwhile."""
         with self.lock:
             alive = self.jobs.get(job.id) is job
         with job.lock:
             if not alive or job.status != "STAGINGIN":
                 return
-            failed = self._login_command(job, "precommand")
+            job.status = "QUEUED"
+        failed = self._login_command(job, "precommand")
+        with job.lock:
+            if job.status != "QUEUED" or self.jobs.get(job.id) is not job:
+                return
             if failed:
                 job.status, job.status_message = "FAILED", failed
                 return
             desc = job.desc
+            try:
+                message = tsi_submit_lines(desc, job.workdir)
+            except ValueError as e:
+                job.status, job.status_message = "FAILED", f"Submission to the batch system failed: {e}"
+                return
             exe = str(desc.get("Executable", "/bin/true"))
             args = " ".join(str(a) for a in desc.get("Arguments", []))
-            lines = ["#!/bin/bash", f"export UC_WORKING_DIRECTORY={shlex.quote(str(job.workdir))}"]
+            lines = ["#!/bin/bash", *message, "#TSI_SCRIPT", f"export UC_WORKING_DIRECTORY={shlex.quote(str(job.workdir))}",
+                     f"export UC_OUTPUT_DIRECTORY={shlex.quote(str(job.workdir) + '/')}"]
             for item in desc.get("Environment", []) if isinstance(desc.get("Environment"), list) else []:
                 name, _, value = str(item).partition("=")
                 lines.append(f'export {name}="{value}"')
             for name, value in (desc.get("Environment") or {}).items() if isinstance(desc.get("Environment"), dict) else []:
                 lines.append(f'export {name}="{value}"')
             first = exe.split()[0] if exe.split() else exe
-            lines += ["cd $UC_WORKING_DIRECTORY", f"chmod u+x {first} 2>/dev/null", f"{exe} {args}".rstrip(),
-                      "echo $? > $UC_WORKING_DIRECTORY/UNICORE_SCRIPT_EXIT_CODE"]
+            lines += ["cd $UC_WORKING_DIRECTORY", f"chmod u+x {first} 2>/dev/null",
+                      "rm -f ${UC_OUTPUT_DIRECTORY}/UNICORE_SCRIPT_EXIT_CODE", f"{exe} {args}".rstrip(),
+                      "echo $? > ${UC_OUTPUT_DIRECTORY}/UNICORE_SCRIPT_EXIT_CODE"]
             (job.workdir / "UNICORE_Job_ID").write_text("\n".join(lines) + "\n")
-            try:
-                directives = sbatch_lines(desc, job.workdir)
-            except ValueError as e:
-                job.status, job.status_message = "FAILED", str(e)
-                return
-            bss = ["#!/bin/bash", *directives, f"/bin/bash {job.workdir}/UNICORE_Job_ID"]
-            (job.workdir / "bss_submit_ID").write_text("\n".join(bss) + "\n")
-            r = run_slurm(["sbatch", "--parsable", str(job.workdir / "bss_submit_ID")])
+            (job.workdir / "UNICORE_Job_ID").chmod(0o770)  # the TSI's addperms; called by its path
+            if _tsi_param(message, "JOB_MODE") == "raw":
+                # the TSI submits the BSS file as it is, followed by a call of the job script
+                try:
+                    head = [(job.workdir / str(_tsi_param(message, "JOB_FILE"))).read_text()]
+                except OSError as e:
+                    job.status, job.status_message = "FAILED", f"Submission to the batch system failed: {e}"
+                    return
+            else:
+                head = ["#!/bin/bash", *tsi_sbatch_lines(message)]
+            bss = [*head, f"{job.workdir}/UNICORE_Job_ID"]
+            (job.workdir / "bss_submit_ID").write_text("".join(line + "\n" for line in bss))
+            r = run_slurm(["sbatch", "--parsable", str(job.workdir / "bss_submit_ID")], cwd=job.workdir)
             if r.returncode != 0:
                 job.status, job.status_message = "FAILED", "Submission to the batch system failed: " + r.stderr.strip()
                 return
             job.bss_id = r.stdout.strip().splitlines()[-1].split(";")[0]
-            job.status = "QUEUED"
             job.log.append(f"Submitted to batch system as {job.bss_id}")
 
     def refresh(self, job: UJob) -> None:
         if job.bss_id == "N/A" or job.status in ("SUCCESSFUL", "FAILED", "STAGINGOUT"):
             return
+        now = time.monotonic()
+        if now - job.bss_checked < self.bss_update_interval:
+            return
+        job.bss_checked = now
         try:
             row = query_jobs([job.bss_id]).get(job.bss_id)
         except SlurmQueryFailed:
@@ -391,6 +608,8 @@ class UnicoreServer(LoopbackServer):
             return
         state = str(row["state"])
         with job.lock:
+            if job.status in ("SUCCESSFUL", "FAILED", "STAGINGOUT"):
+                return  # aborted meanwhile
             if not slurm_final(state):
                 # never back from RUNNING to QUEUED, as UNICORE: slurmdbd may record the start
                 # after squeue (asked while sacct did not list the job yet) reported it
@@ -399,40 +618,60 @@ class UnicoreServer(LoopbackServer):
                 return
             code_file = job.workdir / "UNICORE_SCRIPT_EXIT_CODE"
             code = code_file.read_text().strip() if code_file.exists() else ""
+            if not code:
+                # as UNICORE: the job stays RUNNING for a grace period, waiting for the file
+                # (a slow shared file system), then fails without an exit code
+                now = time.time()
+                if job.no_exit_code_since is None:
+                    job.no_exit_code_since = now
+                if now - job.no_exit_code_since < self.exit_code_grace:
+                    job.status = "RUNNING"
+                    return
+                job.status, job.status_message = "FAILED", NO_EXIT_CODE
+                job.log.append(f"Batch system state {state}; no exit code file")
+                return
             failed = self._login_command(job, "postcommand") if code == "0" else ""
             if code == "0" and not failed:
                 job.final = ("SUCCESSFUL", "0", "")
             elif failed:
                 job.final = ("FAILED", code, failed)
             else:
-                job.final = ("FAILED", code or None, "Job was aborted by the user" if job.aborted else (
-                    f"Job failed: batch system state {state}" + (f", exit code {code}" if code else "")))
+                job.final = ("FAILED", code, nonzero_message(code, job.workdir))
             # as UNICORE: the batch job's end is followed by STAGINGOUT (exports; none here, so
             # brief), then the final status, whether or not anybody asks in between
             job.status = "STAGINGOUT"
-            timer = threading.Timer(STAGE_OUT_SECONDS, self._finish, (job,))
+            timer = threading.Timer(self.stage_out_seconds, self._finish, (job,))
             timer.daemon = True
             timer.start()
 
     @staticmethod
     def _login_command(job: UJob, which: str) -> str:
         """Run the description's ``User precommand``/``User postcommand`` on the "login node"
-        (here: this machine, in the job's working directory) when ``RunUser...OnLoginNode`` is
-        true, as UNICORE does; its output goes to the job's log. "" if fine, else why it failed."""
+        (here: this machine, in the job's working directory, output in ``.UNICORE_PRE_0/`` or
+        ``.UNICORE_POST_0/``) unless ``RunUser...OnLoginNode`` is false (UNICORE's default is
+        true). "" if fine, else UNICORE's reason for failing the job."""
         command = job.desc.get(f"User {which}")
         flag = f"RunUser{which.capitalize()}OnLoginNode"
-        if not command or str(job.desc.get(flag, "false")).lower() != "true":
+        if not command or str(job.desc.get(flag, "true")).lower() != "true":
             return ""
-        env = dict(os.environ, UC_WORKING_DIRECTORY=str(job.workdir))
-        r = subprocess.run(["bash", "-c", str(command)], cwd=job.workdir, env=env, capture_output=True,
-                           text=True, timeout=120)  # fmt: skip
-        job.log.append(f"User {which}: exit code {r.returncode}; output: {(r.stdout + r.stderr).strip()[:500]}")
-        return "" if r.returncode == 0 else f"User {which} failed with exit code {r.returncode}"
+        tag = "PRE" if which == "precommand" else "POST"
+        outdir = job.workdir / f".UNICORE_{tag}_0"
+        outdir.mkdir(exist_ok=True)
+        env = dict(os.environ, UC_WORKING_DIRECTORY=str(job.workdir), UC_OUTPUT_DIRECTORY=f"{outdir}/")
+        with open(outdir / "stdout", "wb") as out, open(outdir / "stderr", "wb") as err:
+            r = subprocess.run(["bash", "-c", str(command)], cwd=job.workdir, env=env, stdout=out, stderr=err,
+                               timeout=120)  # fmt: skip
+        job.log.append(f"Launched {tag.lower()} command <{command}>: exit code {r.returncode}")
+        if r.returncode == 0:
+            return ""
+        what = "Pre-command(s)" if tag == "PRE" else "Post-command(s)"
+        return f"{what} failed: [Command exited with non-zero exit code: <{r.returncode}>. More information " \
+               f"might be available in the job's working directory '{job.workdir}/']"
 
     @staticmethod
     def _finish(job: UJob) -> None:
         with job.lock:
-            if job.final is not None:
+            if job.final is not None and job.status == "STAGINGOUT":
                 job.status, job.exit_code, job.status_message = job.final
 
     def job_properties(self, job: UJob) -> dict[str, Any]:
@@ -443,7 +682,8 @@ class UnicoreServer(LoopbackServer):
             if job.bss_id != "N/A" else "N/A", "batchSystemID": job.bss_id, "submissionTime": job.submitted,
             "name": job.desc.get("Name", ""), "owner": job.owner, "log": list(job.log), "jobType": "BATCH",
             "consumedTime": {"total": "0"}, "currentTime": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "terminationTime": "", "resourceStatus": "READY", "acl": [], "tags": job.desc.get("Tags", []),
+            "terminationTime": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(job.termination)),
+            "resourceStatus": "READY", "acl": [], "tags": job.desc.get("Tags", []),
             "_links": {"self": self.link(j), "workingDirectory": self.link(f"/storages/{job.id}-uspace"),
                        "action:start": self.link(j + "/actions/start"), "action:abort": self.link(j + "/actions/abort"),
                        "action:restart": self.link(j + "/actions/restart"), "details": self.link(j + "/details"),
@@ -472,9 +712,11 @@ class UnicoreServer(LoopbackServer):
             elif target.exists():
                 target.unlink()
             return Response(204)
-        if not target.exists():
-            return self.error(404, f"file {rel} not found")
         accept = req.headers.get("Accept") or "application/json"
+        if not target.exists():
+            if "application/octet-stream" in accept:
+                return Response(404, b"")  # Files.download answers a bare 404
+            return self.error(404, f"Error listing '/{rel}': file not found")
         if "application/octet-stream" in accept and target.is_file():
             return self.download(req, target)
         if target.is_dir():
@@ -491,23 +733,35 @@ class UnicoreServer(LoopbackServer):
                 "permissions": "rw-r--r--", "lastAccessed": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "metadata": {}}
 
     def download(self, req: Request, target: Path) -> Response:
+        """The file, or with ``Range`` a part of it as UNICORE's ``Files.download`` serves it:
+        206 without ``Content-Range``; a start equal to the size gives 206 with no body; a start
+        past the end makes the server skip bytes forever (here: a bounded hang, then no answer);
+        an unparsable range, a suffix longer than the file or an end before the start: 416."""
         data = target.read_bytes()
         rng = req.headers.get("Range")
         if not rng:
             return Response(200, data)
         m = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
         if not m or (not m.group(1) and not m.group(2)):
-            return self.error(416, "bad range")
+            return self.error(416, f"Range header '{rng}' cannot be parsed")
         size = len(data)
+        end: int | None = None
         if m.group(1):
             start = int(m.group(1))
-            end = int(m.group(2)) if m.group(2) else size - 1
+            if m.group(2):
+                end = int(m.group(2))
+                if end < start:
+                    return self.error(416, f"Range header '{rng}' cannot be parsed")
         else:
-            start, end = max(0, size - int(m.group(2))), size - 1
-        if start >= size or start > end:
-            return Response(416, b"", {"Content-Range": f"bytes */{size}"})
-        end = min(end, size - 1)
-        return Response(206, data[start:end + 1], {"Content-Range": f"bytes {start}-{end}/{size}"})
+            start = size - int(m.group(2))
+            if start < 0:
+                return self.error(416, f"Range header '{rng}' cannot be parsed")
+        if start > size:
+            with self.lock:
+                self.range_past_end += 1
+            time.sleep(self.range_hang_seconds)
+            return Response(DROP)
+        return Response(206, data[start:None if end is None else end + 1])
 
 
 def cleanup(server: UnicoreServer) -> None:

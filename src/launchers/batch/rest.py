@@ -341,8 +341,10 @@ class UnicoreQueue(RestQueue):
         return with_retries(fn, f"UNICORE {ex.site.url}: {what}", tries=4, secrets=ex._secrets)
 
     def _url(self, rel: str) -> str:
+        from ..remote.unicore_executor import unicore_path
+
         path = posixpath.join(self.rel, rel) if rel else self.rel
-        return f"{self._files_url}/{quote(path)}"
+        return f"{self._files_url}/{unicore_path(path)}"  # the site decodes file paths twice
 
     def resolve_sync(self) -> None:
         ex = self._ex()
@@ -412,7 +414,10 @@ class UnicoreQueue(RestQueue):
 
     def rename_sync(self, src: str, dst: str) -> bool:
         transport = self._ex().client().transport
-        body = {"from": posixpath.join(self.rel, src), "to": posixpath.join(self.rel, dst)}
+        from ..remote.unicore_executor import unicore_action_path
+
+        body = {"from": unicore_action_path(posixpath.join(self.rel, src)),
+                "to": unicore_action_path(posixpath.join(self.rel, dst))}
         try:
             self._retry(lambda: transport.post(url=self._rename_url, json=body).close(), f"rename {src}")
         except LaunchersError:

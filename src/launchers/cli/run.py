@@ -119,6 +119,7 @@ def print_plan(plan: Any, out: TextIO) -> None:
     if plan.kind == "unicore":
         out.write("\njob description:\n")
         out.write(json.dumps(plan.description(), indent=2) + "\n")
+        out.write("\nBSS file (job.sbatch):\n" + plan.bss_file())
     if plan.kind in ("unicore", "firecrest"):
         out.write("\njob.sh:\n")
         out.write(plan.script(plan.default_run_dir()))

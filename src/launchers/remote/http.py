@@ -40,13 +40,15 @@ MAX_TRIES = 8
 @attrs.frozen
 class RemotePayload:
     """What one remote job sends: files (local path, relative destination), the script for a
-    run directory (``script(run_dir)``), the UNICORE description, the run directory's name."""
+    run directory (``script(run_dir)``), the UNICORE description and its ``BSS file`` (the
+    ``#SBATCH`` lines of a ``raw`` job), the run directory's name."""
 
     uploads: tuple[tuple[Path, str], ...]
     script: Callable[[str | None], str] = attrs.field(eq=False)
     run_id: str
     job_name: str
     description: Mapping[str, Any] | None = attrs.field(default=None, eq=False)
+    bss_file: str | None = None
 
 
 _payloads: dict[Path, RemotePayload] = {}
@@ -113,6 +115,7 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
         render_job_script,
         run_id_for,
         sbatch_pairs,
+        unicore_bss_file,
         unicore_description,
     )
 
@@ -137,25 +140,25 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
     written = getattr(launcher, "resources", None)  # a Compute Backend Config's, sent as written
     resources = written if written is not None else resources_from_options(options)
     sbatch: tuple[tuple[str, str | bool], ...] = ()
-    if kind == "firecrest" and written is not None:
+    if written is not None:
         gpu_option = str(getattr(group, "gpu_option", "gpus-per-node") or "gpus-per-node")
         sbatch = sbatch_pairs(written, account, gpu_option) + tuple(launcher.extra_options)
-    elif kind == "firecrest":
+    else:
         sbatch = finder_pairs(launcher.sbatch_args(), account)
 
     def script(run_dir: str | None) -> str:
         return render_job_script(JobScriptSpec(
             environment=env, command=command, transport=kind, run_dir=run_dir, job_name=name,
-            sbatch=sbatch, exports=exports, cpus_per_node=resources.cpus_per_node, run_id=run_id,
+            sbatch=sbatch if kind == "firecrest" else (), exports=exports,
+            cpus_per_node=resources.cpus_per_node, run_id=run_id,
         ))
 
-    description = None
+    description = bss = None
     if kind == "unicore":
-        description = unicore_description(
-            name=name, resources=resources, environment=env, account=account, task_id=job.task_id,
-            gpu_resource_name=getattr(site, "gpu_resource_name", "GPUsPerNode"),
-        )
-    return RemotePayload(uploads=(), script=script, run_id=run_id, job_name=name, description=description)
+        description = unicore_description(name=name, environment=env, task_id=job.task_id)
+        bss = unicore_bss_file(name, sbatch)
+    return RemotePayload(uploads=(), script=script, run_id=run_id, job_name=name, description=description,
+                         bss_file=bss)
 
 
 # -- credentials ------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from .script import (
     render_job_script,
     run_id_for,
     sbatch_pairs,
+    unicore_bss_file,
     unicore_description,
 )
 
@@ -70,7 +71,7 @@ class RunPlan:
     exports: tuple[tuple[str, str], ...] = ()
     backend: BackendConfig | None = None
     launcher: Any = None  # the finder's launcher with -r
-    sbatch: tuple[tuple[str, str | bool], ...] = ()  # firecREST #SBATCH options (account included)
+    sbatch: tuple[tuple[str, str | bool], ...] = ()  # #SBATCH options (account included): firecREST, UNICORE raw
     notes: tuple[str, ...] = ()
 
     @property
@@ -110,7 +111,7 @@ class RunPlan:
                 transport=self.kind,
                 run_dir=run_dir if self.kind == "firecrest" else None,
                 job_name=self.job_name,
-                sbatch=self.sbatch,
+                sbatch=self.sbatch if self.kind == "firecrest" else (),
                 exports=self.exports,
                 cpus_per_node=self.resources.cpus_per_node if self.resources else None,
                 run_id=self.run_id,
@@ -118,18 +119,16 @@ class RunPlan:
         )
 
     def description(self) -> dict[str, Any]:
-        """UNICORE's job description (§3.2)."""
+        """UNICORE's job description (§3.2): a ``raw`` job with :meth:`bss_file`."""
         if self.kind != "unicore":
             raise LaunchersError("only a UNICORE run has a job description")
-        gpu_name = self.site.gpu_resource_name if isinstance(self.site, UnicoreSite) else "GPUsPerNode"
-        return unicore_description(
-            name=self.job_name,
-            resources=self.resources or Resources(),
-            environment=self.environment,
-            account=self.account,
-            task_id=self.task.task_id,
-            gpu_resource_name=gpu_name,
-        )
+        return unicore_description(name=self.job_name, environment=self.environment, task_id=self.task.task_id)
+
+    def bss_file(self) -> str:
+        """UNICORE's ``BSS file``: the run's ``#SBATCH`` lines, passed to Slurm unchanged."""
+        if self.kind != "unicore":
+            raise LaunchersError("only a UNICORE run has a BSS file")
+        return unicore_bss_file(self.job_name, self.sbatch)
 
     def default_run_dir(self) -> str:
         """The firecREST run directory as far as known without asking the site."""
@@ -196,7 +195,7 @@ def plan_run(
         site, environment, resources = backend.site, backend.environment, backend.resources
         acct = backend.account
         rules = backend.exclude
-        if kind == "firecrest":
+        if kind in ("firecrest", "unicore"):
             gpu_option = grp.gpu_option if isinstance(grp, FirecrestGroup) else "gpus-per-node"
             sbatch = sbatch_pairs(resources, acct, gpu_option)
     else:
@@ -216,12 +215,12 @@ def plan_run(
             acct = acct or resolve_account(None, site, env_vars)
             if grp_value.environment:
                 environment = validate_environment(grp_value.environment, None, f"{kind}.{grp_value.label}.environment", site_kind=kind)
-            if kind == "unicore":
-                resources = resources_from_options(launcher.options)
-            else:
-                resources = resources_from_options(launcher.options)
-                sbatch = finder_pairs(launcher.sbatch_args(), acct)
+            resources = resources_from_options(launcher.options)
+            sbatch = finder_pairs(launcher.sbatch_args(), acct)
 
+    if isinstance(site, UnicoreSite) and site.gpu_resource_name != "GPUsPerNode":
+        notes.append(f"site.gpu_resource_name {site.gpu_resource_name!r} is not used: UNICORE runs get their "
+                     "GPUs from #SBATCH lines of their BSS file")
     uploads = collect_uploads(project_path, rules) if kind in ("unicore", "firecrest") else collect_uploads(project_path, ExcludeRules())
     excluded = {e.relpath: e.pattern for e in uploads.excluded}
     problems = check_project_paths(environment, project_path, uploads.paths, excluded)

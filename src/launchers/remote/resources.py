@@ -51,7 +51,8 @@ class Resources:
     qos: str | None = None
 
     def unicore(self, gpu_resource_name: str = "GPUsPerNode") -> dict[str, Any]:
-        """UNICORE's ``Resources`` object, with only the keys that are set (§1.2, §3.2)."""
+        """These values as UNICORE's ``Resources`` object, keys that are set only. Not sent: a
+        stock site maps them wrongly, so runs are raw jobs with #SBATCH lines (remote-sites.md)."""
         out: dict[str, Any] = {}
         if self.queue is not None:
             out["Queue"] = self.queue
@@ -203,13 +204,8 @@ def validate_resources(
                 probs.add(vpos, kp, str(e))
     if require_queue and "Queue" not in v:
         probs.add(getattr(v, "position", None), key_path(key_prefix, "Queue"), "Queue (the partition) is required")
-    if site_kind == "firecrest" and "TotalCPUs" in v and "CPUsPerNode" in v:
-        probs.add(
-            key_pos(v, "TotalCPUs"),
-            key_path(key_prefix, "TotalCPUs"),
-            "TotalCPUs and CPUsPerNode together are refused for a firecREST site "
-            "(sbatch would multiply --ntasks by --cpus-per-task); keep one",
-        )
+    if site_kind in _SBATCH_SITES and "TotalCPUs" in v and "CPUsPerNode" in v:
+        probs.add(key_pos(v, "TotalCPUs"), key_path(key_prefix, "TotalCPUs"), _both_cpus(site_kind))
     if own:
         probs.raise_if_any()
     return Resources(**fields)
@@ -230,13 +226,17 @@ def _field(key: str) -> str:
 
 def check_for_site(resources: Resources, site_kind: str, file: str | None) -> None:
     """Rules that depend on the site kind, for configs whose site comes from ``--group``."""
-    if site_kind == "firecrest" and resources.total_cpus is not None and resources.cpus_per_node is not None:
-        raise ConfigurationError(
-            "TotalCPUs and CPUsPerNode together are refused for a firecREST site "
-            "(sbatch would multiply --ntasks by --cpus-per-task); keep one",
-            file=file,
-            key="Resources.TotalCPUs",
-        )
+    if site_kind in _SBATCH_SITES and resources.total_cpus is not None and resources.cpus_per_node is not None:
+        raise ConfigurationError(_both_cpus(site_kind), file=file, key="Resources.TotalCPUs")
+
+
+#: site kinds whose Resources become #SBATCH lines of ours (UNICORE: the BSS file of a raw job)
+_SBATCH_SITES = {"firecrest": "firecREST", "unicore": "UNICORE"}
+
+
+def _both_cpus(site_kind: str) -> str:
+    return (f"TotalCPUs and CPUsPerNode together are refused for a {_SBATCH_SITES[site_kind]} site "
+            "(sbatch would multiply --ntasks by --cpus-per-task); keep one")
 
 
 def resources_from_options(options: Any) -> Resources:

@@ -1,4 +1,5 @@
-"""What a remote run sends (remote-sites.md §3.1-§3.2): ``job.sh`` and UNICORE's job description.
+"""What a remote run sends (remote-sites.md §3.1-§3.2): ``job.sh``, UNICORE's job description and
+its ``BSS file``.
 
 Pure renderers: values in, text or JSON-ready dicts out. The script runs each step of the
 environment only if the previous one succeeded, names a failing step in ``job.err`` and writes
@@ -224,16 +225,34 @@ def login_chain(snippets: Sequence[Snippet]) -> str:
     return " && ".join(f"eval {sh_quote(s.text, what=s.label)}" for s in snippets)
 
 
+#: UNICORE's ``BSS file`` of a run: our own ``#SBATCH`` lines, submitted as they are
+UNICORE_BSS_FILE = "job.sbatch"
+
+
+def unicore_bss_file(name: str, sbatch: Sequence[tuple[str, str | bool]]) -> str:
+    """The ``BSS file`` of a UNICORE job of type ``raw`` (remote-sites.md, "UNICORE: server
+    behaviours we rely on and work around"): ``#SBATCH`` lines as for firecREST, with the job name
+    and ``job.out``/``job.err`` relative to the working directory (sbatch runs there). The TSI
+    appends the call of its own job script, which keeps UNICORE's exit-code handling."""
+    lines = ["#!/bin/bash", directive("job-name", job_name(name)), directive("output", "job.out"),
+             directive("error", "job.err")]
+    owned = {"job-name", "output", "error", "chdir"}
+    for option, value in sbatch:
+        if option in owned:
+            raise ScriptError(f"--{option} is set by launchers; remove it from the options")
+        lines.append(directive(option, value))
+    return "\n".join(lines) + "\n"
+
+
 def unicore_description(
     *,
     name: str,
-    resources: Resources,
     environment: Environment,
-    account: str | None = None,
     task_id: str | None = None,
-    gpu_resource_name: str = "GPUsPerNode",
 ) -> dict[str, Any]:
-    """UNICORE's job description (§3.2), with only the keys that are set."""
+    """UNICORE's job description (§3.2): a ``raw`` job whose resources are the ``#SBATCH``
+    lines of :data:`UNICORE_BSS_FILE` (a stock site maps ``Resources`` wrongly, see
+    remote-sites.md), with only the keys that are set."""
     desc: dict[str, Any] = {
         "Name": job_name(name),
         "Executable": UNICORE_EXECUTABLE,
@@ -241,12 +260,9 @@ def unicore_description(
         "Stdout": "job.out",
         "Stderr": "job.err",
         "haveClientStageIn": "true",
+        "Job type": "raw",
+        "BSS file": UNICORE_BSS_FILE,
     }
-    res = resources.unicore(gpu_resource_name)
-    if res:
-        desc["Resources"] = res
-    if account:
-        desc["Project"] = account
     desc["Tags"] = ["launchers", task_id] if task_id else ["launchers"]
     if environment.pre_login:
         desc["User precommand"] = login_chain(environment.pre_login)

@@ -51,13 +51,14 @@ def plan_launcher(plan: Any) -> Any:
 
 def plan_payload(plan: Any) -> RemotePayload:
     """What the run sends: every upload, ``job.sh`` for the run directory, the description."""
-    description = plan.description() if plan.kind == "unicore" else None
+    unicore = plan.kind == "unicore"
     return RemotePayload(
         uploads=tuple((Path(u.local), u.relpath) for u in plan.all_uploads),
         script=plan.script,
         run_id=plan.run_id,
         job_name=plan.job_name,
-        description=description,
+        description=plan.description() if unicore else None,
+        bss_file=plan.bss_file() if unicore else None,
     )
 
 

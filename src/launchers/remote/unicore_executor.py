@@ -13,9 +13,11 @@ import concurrent.futures
 import logging
 import os
 import threading
+import time
 from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from ..config.model import UnicoreSite
 from ..errors import AuthenticationError, LaunchersError, SubmissionError
@@ -35,6 +37,7 @@ from .http import (
     with_retries,
 )
 from .outputs import RemoteOutputs
+from .script import UNICORE_BSS_FILE
 
 if TYPE_CHECKING:
     from ..jobs.job import Job
@@ -50,6 +53,38 @@ MANTIK_USER = "MANTIK_UNICORE_USERNAME"
 MANTIK_PASSWORD = "MANTIK_UNICORE_PASSWORD"
 #: files up to this size are uploaded from memory (safe to repeat); larger ones are streamed
 IN_MEMORY_UPLOAD = 64 * 1024 * 1024
+#: UNICORE's statusMessage of an aborted job (given at once, while the batch job may still run)
+ABORTED = "Job aborted."
+
+
+def unicore_path(rel: str) -> str:
+    """A path for a storage's ``/files/`` URL, percent-encoded twice: UNICORE decodes file paths
+    twice (JAX-RS, then ``makeSMSLocal``) and pyunicore sends them as given, so ``x%41.txt``,
+    ``a#b`` or ``c?d`` arrive as written only so (pure)."""
+    return quote(quote(rel, safe="/"), safe="/")
+
+
+def unicore_action_path(rel: str) -> str:
+    """A path inside a storage action's JSON body (``rename``, ``copy``), decoded once (pure)."""
+    return quote(rel, safe="/")
+
+
+def read_start(offset: int, size: int, shift: int) -> tuple[int | None, int]:
+    """Where to read a remote file that has ``size`` bytes, ``offset`` bytes being already
+    copied home of which the first ``shift`` came before the file was last truncated: the
+    remote start (None: nothing new) and the new shift. A start is never past ``size``: UNICORE
+    loops forever on such a ``Range``, and answers 206 with no body for one equal to it. A file
+    smaller than what was read (a requeue truncated it) is read again from 0 (pure)."""
+    start = offset - shift
+    if start > size:  # truncated: the new content follows what was copied
+        return (0 if size > 0 else None), offset
+    return (start if start < size else None), shift
+
+
+def abort_grace(was_running: bool) -> float:
+    """Seconds to wait for ``job.rc`` after UNICORE reported "Job aborted." (pure): the Slurm
+    job may still be running its traps (scancel's SIGTERM, KillWait before SIGKILL)."""
+    return UnicoreExecutor.abort_wait_running if was_running else UnicoreExecutor.abort_wait_queued
 
 
 def _site_of(launcher: Any) -> UnicoreSite:
@@ -122,6 +157,9 @@ class UnicoreExecutor(RemoteOutputs, Executor):
     max_in_flight = 8
     #: uploads in parallel per job
     upload_parallel = 4
+    #: s to wait for job.rc of a job UNICORE reports aborted (last seen running, or not)
+    abort_wait_running = 40.0
+    abort_wait_queued = 5.0
 
     def __init__(self, site: UnicoreSite, *, mantik: bool = False, key: Hashable = ()) -> None:
         super().__init__(key)
@@ -180,8 +218,22 @@ class UnicoreExecutor(RemoteOutputs, Executor):
             except LaunchersError:
                 raise
             except Exception as e:
+                self._raise_if_refused(e)
                 raise LaunchersError(f"UNICORE site {self.site.url}: {redact(str(e), self._secrets)}") from None
             return self._client
+
+    def _raise_if_refused(self, error: BaseException, what: str = "") -> None:
+        """An ``AuthenticationError`` naming the credential variables for a 401 or a 403 (a
+        UNICORE site answers 403 on every path to credentials it cannot verify, and to another
+        user's job); pyunicore raises a plain ``httpx.HTTPError`` whose text holds the status."""
+        code = status_of(error)
+        if code in (401, 403):
+            reason = "401 Unauthorized" if code == 401 else "403 Forbidden"
+            hint = "; a job of another user also answers 403" if code == 403 and "job" in what else ""
+            raise AuthenticationError(
+                f"UNICORE site {self.site.url} refused the credentials of {self._variables()} ({reason}"
+                f"{', ' + what if what else ''}): check them{hint}"
+            ) from None
 
     def _get(self, url: str, **kw: Any) -> Any:
         return self.client().transport.get(url=url, **kw)
@@ -204,6 +256,8 @@ class UnicoreExecutor(RemoteOutputs, Executor):
                               extra={"unicore_site": self._site_record(), "run_id": payload.run_id}))
         description = dict(payload.description or {})
         files: list[tuple[Path | bytes, str]] = [(script.encode(), "job.sh")]
+        if payload.bss_file is not None:
+            files.append((payload.bss_file.encode(), UNICORE_BSS_FILE))
         files += [(local, rel) for local, rel in payload.uploads]
         url = await asyncio.to_thread(self._submit_sync, description, files)
         job.runtime["unicore_url"] = url
@@ -230,12 +284,14 @@ class UnicoreExecutor(RemoteOutputs, Executor):
         except LaunchersError:
             raise
         except Exception as e:
+            self._raise_if_refused(e, "submitting the job")
             raise SubmissionError(f"{what} refused the job: {redact(str(e), self._secrets)}") from None
         try:
             storage = with_retries(lambda: ujob.working_dir, f"{what}: working directory", secrets=self._secrets)
 
             def upload(item: tuple[Path | bytes, str]) -> None:
-                source, rel = item
+                source, name = item
+                rel = unicore_path(name)  # arrives as written (decoded twice at the site)
                 try:
                     # pyunicore repeats a request once after a 432 (expired session) with the same
                     # body: a file stream would then be sent empty, so small files go as bytes
@@ -248,7 +304,7 @@ class UnicoreExecutor(RemoteOutputs, Executor):
                         with_retries(lambda: storage.upload(str(source), destination=rel), f"{what}: upload {rel}",
                                      secrets=self._secrets)
                 except Exception as e:
-                    raise _UploadFailed(rel, redact(str(e), self._secrets)) from None
+                    raise _UploadFailed(name, redact(str(e), self._secrets)) from None
 
             with concurrent.futures.ThreadPoolExecutor(self.upload_parallel) as pool:
                 futures = [pool.submit(upload, f) for f in files]
@@ -315,9 +371,14 @@ class UnicoreExecutor(RemoteOutputs, Executor):
                                          secrets=self._secrets))
 
         results = await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True)
-        if results and all(isinstance(r, BaseException) for r in results):
-            raise LaunchersError(redact(str(results[0]), self._secrets))
         updates: dict[Job, StateUpdate] = {}
+        for job, props in zip(jobs, results, strict=True):
+            if isinstance(props, BaseException) and status_of(props) == 404:
+                updates[job] = gone_update(job)  # expired (termination time) or destroyed
+        failed = [r for r in results if isinstance(r, BaseException) and status_of(r) != 404]
+        if results and len(failed) == len(results):
+            self._raise_if_refused(failed[0], "reading job status")
+            raise LaunchersError(redact(str(failed[0]), self._secrets))
         for job, props in zip(jobs, results, strict=True):
             if isinstance(props, BaseException) or not isinstance(props, Mapping):
                 continue
@@ -338,7 +399,17 @@ class UnicoreExecutor(RemoteOutputs, Executor):
                 self._warned.add(status)
                 log.warning("UNICORE job state %r: the job keeps its previous state", status)
             return None
+        aborted = status == "FAILED" and str(props.get("statusMessage") or "") == ABORTED
         try:
+            if aborted:
+                # UNICORE says FAILED at once while the Slurm job may still run its traps: wait for
+                # job.rc (written last) so that outputs are complete and a job that completed just
+                # before the abort stays COMPLETED
+                rc = await self.fetch_rc(job)
+                if rc is None and str(props.get("batchSystemID") or "N/A") != "N/A":
+                    first = job.runtime.setdefault("unicore_abort_seen", (time.monotonic(), job.state is JobState.RUNNING))
+                    if time.monotonic() - first[0] < abort_grace(first[1]):
+                        return None
             await self.sync_outputs(job)
             rc = await self.fetch_rc(job)
         except Exception as e:  # outputs are retried next cycle; after 3 failures decided without
@@ -352,6 +423,9 @@ class UnicoreExecutor(RemoteOutputs, Executor):
         exit_code = int(code_text) if isinstance(code_text, (str, int)) and str(code_text).strip().lstrip("-").isdigit() else None
         if status == "SUCCESSFUL" and (rc is None or rc.success):
             return StateUpdate(state=JobState.COMPLETED, detail="UNICORE SUCCESSFUL", slurm_state=status,
+                               exit_code=0, reason="")
+        if aborted and rc is not None and rc.success:
+            return StateUpdate(state=JobState.COMPLETED, detail="completed before UNICORE's abort", slurm_state=status,
                                exit_code=0, reason="")
         if job.cancel_requested and (rc is None or rc.signalled):
             return StateUpdate(state=JobState.CANCELLED, detail=f"UNICORE {status}", slurm_state=status,
@@ -375,14 +449,24 @@ class UnicoreExecutor(RemoteOutputs, Executor):
         return str(props["_links"]["workingDirectory"]["href"])
 
     async def read_file(self, job: Job, name: str, offset: int = 0) -> bytes | None:
-        """Bytes of ``name`` in the job's working directory from ``offset`` (None: no such file)."""
-        url = await self._storage_url(job) + "/files/" + name
-        headers = {"Accept": "application/octet-stream"}
-        if offset > 0:
-            headers["Range"] = f"bytes={offset}-"
+        """Bytes of ``name`` in the job's working directory from ``offset`` (None: no such file).
+
+        From an offset, the file's size is read first and the ``Range`` never starts past it
+        (``read_start``): UNICORE loops forever on such a range. A file that shrank (a requeue
+        truncated it) is read again from its start, appended after what was copied before."""
+        url = await self._storage_url(job) + "/files/" + unicore_path(name)
+        shifts: dict[str, int] = job.runtime.setdefault("unicore_read_shift", {})
 
         def get() -> bytes | None:
+            headers = {"Accept": "application/octet-stream"}
             try:
+                if offset > 0:
+                    size = int(self._get(url, headers={"Accept": "application/json"}).get("size") or 0)
+                    start, shifts[name] = read_start(offset, size, shifts.get(name, 0))
+                    if start is None:
+                        return b""
+                    if start > 0:
+                        headers["Range"] = f"bytes={start}-"
                 resp = self._get(url, headers=headers, to_json=False)
             except Exception as e:
                 code = status_of(e)
@@ -390,6 +474,7 @@ class UnicoreExecutor(RemoteOutputs, Executor):
                     return b""
                 if code == 404:
                     return None
+                self._raise_if_refused(e, f"reading {name}")
                 raise
             return bytes(resp.content)
 
@@ -408,7 +493,7 @@ class UnicoreExecutor(RemoteOutputs, Executor):
 
         results = await asyncio.gather(*(one(j) for j in jobs if j.native_id), return_exceptions=True)
         for r in results:
-            if isinstance(r, BaseException):
+            if isinstance(r, BaseException) and status_of(r) != 404:  # 404: gone already
                 log.error("UNICORE abort failed: %s", redact(str(r), self._secrets))
         self.tracker.wake(poll_now=True)
 
@@ -416,6 +501,16 @@ class UnicoreExecutor(RemoteOutputs, Executor):
         """Remove a finished job and its working directory at the site (``launchers clean``)."""
         url = self.job_url(job)
         await asyncio.to_thread(lambda: self.client().transport.delete(url=url).close())
+
+
+def gone_update(job: Job) -> StateUpdate:
+    """A job whose URL answers 404 (pure): UNICORE destroyed it (its termination time passed,
+    or it was deleted), its working directory with it; it will never change again."""
+    reason = ("the UNICORE job no longer exists at the site (404): it expired (termination time) or was "
+              "destroyed, with its working directory")
+    if job.cancel_requested:
+        return StateUpdate(state=JobState.CANCELLED, detail="UNICORE job gone", reason=reason)
+    return StateUpdate(state=JobState.FAILED, detail="UNICORE job gone", slurm_state="GONE", reason=reason)
 
 
 class _UploadFailed(Exception):
