@@ -216,9 +216,12 @@ def _key_path(root: Node, target: Node) -> str | None:
 class _Builder:
     """Turns a composed YAML node tree into LDict / LList / scalars."""
 
-    def __init__(self, loader: Any, file: str | None) -> None:
+    def __init__(self, loader: Any, file: str | None, duplicates: list[tuple[Node, Any]] | None = None) -> None:
         self.loader = loader
         self.file = file
+        #: None: a duplicate key is an error; a list: the last value wins and (key node, mark
+        #: of the first one) is recorded
+        self.duplicates = duplicates
         self.memo: dict[int, Any] = {}
         self.constructors = loader.yaml_constructors
 
@@ -269,7 +272,10 @@ class _Builder:
                     continue
                 key = knode.value if knode.tag == _STR_TAG else self.scalar(knode)
                 try:
-                    if key in keys:
+                    if key in keys and self.duplicates is not None:
+                        # PyYAML's reading (MLflow's): the last value wins; the caller warns
+                        self.duplicates.append((knode, keys[key]))
+                    elif key in keys:
                         first = _pos(self.file, keys[key])
                         raise _Duplicate(
                             knode,
@@ -365,9 +371,23 @@ def _reader_error(exc: Any, text: str, file: str | None) -> ConfigurationError:
     )
 
 
-def load_located(text: str, file: str | None = None) -> Any:
-    """Parse one YAML/JSON document into LDict/LList/scalars; ``None`` for an empty text."""
+@attrs.frozen
+class DuplicateKey:
+    """A key written twice in one mapping (read with ``duplicates=``): the last value was kept."""
+
+    key: str  # the key path, as in error messages
+    first: Position  # where the key was written first
+    last: Position  # where it was written again (the value kept)
+
+
+def load_located(text: str, file: str | None = None, *, duplicates: list[DuplicateKey] | None = None) -> Any:
+    """Parse one YAML/JSON document into LDict/LList/scalars; ``None`` for an empty text.
+
+    A duplicate key is an error, unless ``duplicates`` is a list: then the last value wins (as
+    PyYAML's ``safe_load`` reads it) and each duplicate is appended to that list.
+    """
     loader = None
+    found: list[tuple[Node, Any]] | None = [] if duplicates is not None else None
     try:
         try:
             loader = _Loader(text)
@@ -388,7 +408,15 @@ def load_located(text: str, file: str | None = None) -> Any:
         if node is None:
             return None
         try:
-            return _Builder(loader, file).build(node)
+            data = _Builder(loader, file, found).build(node)
+            if duplicates is not None and found:
+                for knode, first in found:
+                    duplicates.append(DuplicateKey(
+                        key=_key_path(node, knode) or str(knode.value),
+                        first=_pos(file, first),
+                        last=_pos(file, knode.start_mark),
+                    ))
+            return data
         except _Duplicate as dup:
             e = dup.error
             key = _key_path(node, dup.knode)
@@ -402,4 +430,4 @@ def load_located(text: str, file: str | None = None) -> Any:
             loader.dispose()
 
 
-__all__ = ["LDict", "LList", "load_located", "locate", "position_of"]
+__all__ = ["DuplicateKey", "LDict", "LList", "load_located", "locate", "position_of"]

@@ -27,6 +27,7 @@ from .mlproject import (
     load_mlproject,
     parse_param_args,
     passed_environment,
+    value_notes,
 )
 from .resources import Resources, resources_from_options
 from .script import (
@@ -182,6 +183,7 @@ def plan_run(
     ep = project.entry_point(entry)
     given = parse_param_args(params)
     notes = [f"MLproject: {k} is not used (the environment is the Compute Backend Config's Environment)" for k in project.unused]
+    notes += [*project.warnings, *ep.warnings, *value_notes(ep, given)]
 
     backend: BackendConfig | None = None
     launcher: Any = None
