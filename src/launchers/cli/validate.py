@@ -25,7 +25,7 @@ from launchers.config.located import load_located
 from launchers.errors import ConfigurationError
 from launchers.units import format_size
 
-BACKEND_KEYS = ("Resources", "UnicoreApiUrl", "Firecrest")
+BACKEND_KEYS = ("Resources", "UnicoreApiUrl", "Firecrest", "SSH")
 
 
 def register(subparsers: Any) -> None:

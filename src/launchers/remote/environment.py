@@ -127,7 +127,8 @@ def _commands(value: Any, container: Any, key: str, prefix: str, problems: Probl
             problems.add(
                 item_pos(value, i),
                 key_path(path, i),
-                f"a command must be a string, not {type_name(item)}; write it in quotes: \"{item}\"",
+                f"a command must be a string, not {type_name(item)}; write it in quotes: \"{item}\" "
+                f"(Mantik 0.5 converts it with str() and runs the command {str(item)!r})",
             )
         else:
             problems.add(
@@ -256,8 +257,8 @@ def validate_environment(
 ) -> Environment:
     """Check an ``Environment`` mapping (§1.1) and return its value.
 
-    ``site_kind`` (``unicore``/``firecrest``; inferred from a ``firecrest...`` key prefix)
-    refuses login-node commands for firecREST. Raises one ``ConfigurationError`` listing every
+    ``site_kind`` (``unicore``/``firecrest``/``ssh``; inferred from a ``firecrest...`` key
+    prefix) refuses login-node commands for firecREST and SSH sites. Raises one ``ConfigurationError`` listing every
     problem unless a shared ``problems`` collector is given (then the caller raises).
     """
     own = problems is None
@@ -311,6 +312,13 @@ def validate_environment(
                     kp,
                     "firecREST runs nothing on the login node; move the command to "
                     + key.replace("LoginNode", "ComputeNode"),
+                )
+            elif site_kind == "ssh" and key.endswith("LoginNode"):
+                probs.add(
+                    key_pos(located_value, key),
+                    kp,
+                    "an SSH site runs nothing on the login node (Mantik 0.5 ignored this key for SSH "
+                    "sites); move the command to " + key.replace("LoginNode", "ComputeNode"),
                 )
     if "Apptainer" in located_value and "Python" in located_value:
         probs.add(key_pos(located_value, "Python"), key_path(key_prefix, "Python"),
