@@ -156,8 +156,11 @@ def test_local_image_rules(tmp_path: Path) -> None:
     cfg2 = write(tmp_path, uc(environment="{Apptainer: {Path: ../outside.sif}}"), "b2.yaml")
     assert plan_run(proj, entry="t.sh", backend_config=cfg2, environ={}).image.relpath == "outside.sif"  # type: ignore[union-attr]
     cfg3 = write(tmp_path, uc(environment="{Apptainer: {Path: missing.sif}}"), "b3.yaml")
-    with pytest.raises(ConfigurationError, match="does not exist"):
+    with pytest.raises(ConfigurationError) as info:
         plan_run(proj, entry="t.sh", backend_config=cfg3, environ={})
+    message = str(info.value)
+    assert message.startswith(f"{cfg3}:3:") and "Mantik refuses it too" in message
+    assert ": Environment.Apptainer.Path: the local image 'missing.sif' does not exist" in message
     (proj / "x.sif").write_text("a project file with the image's name")  # uploaded: it would collide
     cfg4 = write(tmp_path, uc(environment="{Apptainer: {Path: img/x.sif}}"), "b4.yaml")
     with pytest.raises(ConfigurationError, match="file of that name"):

@@ -348,9 +348,12 @@ def check_project_paths(env: Environment, project_dir: Path, uploaded: frozenset
     problems: list[str] = []
     if env.apptainer is not None and env.apptainer.is_local:
         image = (project_dir / env.apptainer.path)
-        where = f"{env.apptainer.position}" if env.apptainer.position.line else "Environment.Apptainer.Path"
+        where = "Environment.Apptainer.Path"
+        if env.apptainer.position.line:
+            where = f"{env.apptainer.position}: {where}"
         if not image.is_file():
-            problems.append(f"{where}: the local image {env.apptainer.path!r} does not exist (looked for {image})")
+            problems.append(f"{where}: the local image {env.apptainer.path!r} does not exist (looked for {image}; "
+                            "Mantik refuses it too)")
         elif env.apptainer.image_name in uploaded and not _same_file(project_dir / env.apptainer.image_name, image):
             problems.append(
                 f"{where}: the image is uploaded as {env.apptainer.image_name!r} at the run directory's root, "
@@ -358,7 +361,7 @@ def check_project_paths(env: Environment, project_dir: Path, uploaded: frozenset
             )
     if env.python is not None and not env.python.startswith("/"):
         rel = PurePosixPath(env.python).as_posix().rstrip("/")
-        where = f"{env.python_position}" if env.python_position.line else "Environment.Python"
+        where = f"{env.python_position}: Environment.Python" if env.python_position.line else "Environment.Python"
         if not (project_dir / rel).is_dir():
             problems.append(f"{where}: the virtual environment {env.python!r} is not a directory of the project (relative paths are inside the project; write an absolute path for one on the site)")
         elif not (project_dir / rel / "bin" / "activate").is_file():
