@@ -338,12 +338,13 @@ def _plain_to_located(value: Any, file: str | None) -> Any:
     return value
 
 
-def _load_json(text: str, file: str | None, yaml_exc: yaml.YAMLError) -> Any:
+def _load_json(text: str, file: str | None, yaml_exc: yaml.YAMLError,
+               duplicates: list[DuplicateKey] | None = None) -> Any:
     """JSON that libyaml refused: usually tabs, which JSON allows only as whitespace (never raw
     inside strings), so they become spaces and positions stay exact."""
     if "\t" in text:
         try:
-            return load_located(text.replace("\t", " "), file)
+            return load_located(text.replace("\t", " "), file, duplicates=duplicates)
         except ConfigurationError:
             pass
     try:
@@ -403,7 +404,7 @@ def load_located(text: str, file: str | None = None, *, duplicates: list[Duplica
             )
         except yaml.YAMLError as exc:
             if (file or "").endswith(".json") or text.lstrip().startswith(("{", "[")):
-                return _load_json(text, file, exc)
+                return _load_json(text, file, exc, duplicates)
             raise _yaml_error(exc, file)
         if node is None:
             return None

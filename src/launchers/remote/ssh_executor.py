@@ -85,7 +85,7 @@ class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
     def __init__(self, launcher: Launcher) -> None:
         super().__init__(launcher)
         self.site = _site_of(launcher)
-        self._environment: Any = None
+        self._credentials_checked: set[int] = set()
 
     def __repr__(self) -> str:
         return f"<SSHSiteExecutor {self.site.address}>"
@@ -105,8 +105,13 @@ class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
     # -- submission -----------------------------------------------------------------------------
 
     def validate(self, launcher: Launcher, task: Task) -> None:
-        """Credentials first (before anything is recorded), then the Slurm checks."""
-        check_credentials(_site_of(launcher))
+        """Credentials first (before anything is recorded), then the Slurm checks. A key is
+        decrypted once per value of the variables, not for every task."""
+        site = _site_of(launcher)
+        seen = hash(tuple(os.environ.get(n) for n in (site.username_env, site.private_key_env, site.password_env)))
+        if seen not in self._credentials_checked:
+            check_credentials(site)
+            self._credentials_checked.add(seen)
         super().validate(launcher, task)
 
     async def _prepare_remote(self, job: Job) -> str:
