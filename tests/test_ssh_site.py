@@ -353,3 +353,20 @@ def test_experiment_tasks_on_an_ssh_site(mantik_env: Path, slurm_cluster: dict[s
         job = command(["sh", "-c", 'echo "$GREETING in $PWD cpus=$SRUN_CPUS_PER_TASK"']).submit()
     remote = json.loads((job.directory / "state.json").read_text())["remote_dir"]
     assert f"hello there in {remote}/project cpus=1\n" in (job.directory / "job.out").read_text()
+
+
+@pytest.mark.ssh
+@pytest.mark.slurm
+def test_refused_key_fails_the_run_at_once(mantik_env: Path, slurm_cluster: dict[str, str], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """A key the site refuses is no transient failure: the run ends FAILED with the reason, no retries."""
+    monkeypatch.setenv("MANTIK_SSH_PRIVATE_KEY", asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode())
+    proj = write(tmp_path / "proj" / "MLproject", PROJECT).parent
+    write(proj / "run.sh", RUN_SH).chmod(0o755)
+    t0 = time.monotonic()
+    assert main(["run", str(proj), "--backend-config", str(site_config(proj, slurm_cluster)),
+                 "--workdir", str(tmp_path / "runs")]) == 1
+    err = capfdbinary.readouterr()[1].decode()
+    assert "ended FAILED: " in err and "refused us" in err and "tried the key in MANTIK_SSH_PRIVATE_KEY: check it" in err
+    assert "retrying" not in err and time.monotonic() - t0 < 15

@@ -539,9 +539,14 @@ class SSHConnector(Connector):
         """What to check when the server refuses us."""
         c = self.config
         if c.password_env or c.private_key_env:
-            sources = [f"the key in {c.private_key_env}" if c.private_key_env else "",
-                       "the SSH agent and ~/.ssh keys", f"the password in {c.password_env}" if c.password_env else ""]
-            return "tried " + ", ".join(s for s in sources if s) + ": check them and the remote authorized_keys"
+            key = bool(c.private_key_env and (os.environ.get(c.private_key_env) or "").strip())
+            sources = [f"the key in {c.private_key_env}" if key else "the SSH agent and the keys of ~/.ssh"]
+            if c.password_env and os.environ.get(c.password_env):
+                sources.append(f"the password in {c.password_env}")
+            unset = [n for n in (c.private_key_env, c.password_env) if n and not os.environ.get(n)]
+            return ("tried " + " and ".join(sources) + f": check {'them' if len(sources) > 1 else 'it'} and the "
+                    "remote authorized_keys"
+                    + (f" ({' and '.join(unset)} not set)" if unset else ""))
         return ("keys and agent only, no passwords: check identity_file, passphrase_env and the remote "
                 "authorized_keys")
 

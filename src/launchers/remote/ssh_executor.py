@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..connectors.base import Connector
-from ..errors import ConnectorError, LaunchersError
+from ..errors import AuthenticationError, ConnectorError, LaunchersError
 from ..jobs.loop import blocking
 from ..slurm.executor import SlurmExecutor
 from ..slurm.script import ScriptSpec
@@ -117,14 +117,20 @@ class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
     async def _prepare_remote(self, job: Job) -> str:
         """The remote job directory (created, params.json copied), the site recorded, and the
         project's files uploaded to its ``project/`` sub-directory."""
+        from ..connectors.ssh import HostKeyError, SSHAuthenticationError
+
         if not job.record.extra.get("ssh_site"):
             await blocking(job.apply, _site_update(self.site))
-        remote = await super()._prepare_remote(job)
-        payload = attached_payload(job.directory)
-        target = project_dir(remote)
-        await self.connector.mkdir(target)
-        if payload is not None and payload.uploads:
-            await self._upload(payload.uploads, target)
+        try:
+            remote = await super()._prepare_remote(job)
+            payload = attached_payload(job.directory)
+            target = project_dir(remote)
+            await self.connector.mkdir(target)
+            if payload is not None and payload.uploads:
+                await self._upload(payload.uploads, target)
+        except (SSHAuthenticationError, HostKeyError) as e:
+            # not a transient failure (those are retried): the job fails at once with the reason
+            raise AuthenticationError(str(e)) from None
         return remote
 
     async def _upload(self, uploads: tuple[tuple[Path, str], ...], target: str) -> None:
