@@ -102,9 +102,7 @@ def print_plan(plan: Any, out: TextIO) -> None:
         where += f" {getattr(site, 'url', None) or getattr(site, 'api_url', '')}"
         if getattr(site, "machine", None):
             where += f" (machine {site.machine})"
-    if plan.kind == "ssh":
-        pass
-    elif plan.launcher is not None:
+    if plan.launcher is not None and plan.kind != "ssh":  # an SSH site's launcher is the file's own
         where += f", group {plan.launcher.group_id}" if hasattr(plan.launcher, "group_id") else ""
     elif plan.backend is not None and plan.backend.group:
         where += f", group {plan.backend.group}"
