@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from launchers.remote.mlproject import (
     load_mlproject,
     parse_param_args,
     passed_environment,
+    value_notes,
 )
 
 MLPROJECT = """\
@@ -87,34 +89,115 @@ def test_newlines_keep_their_meaning(tmp_path: Path) -> None:
         ("echo {x", "for literal braces"),
     ],
 )
-def test_command_errors_at_load(tmp_path: Path, command: str, fragment: str) -> None:
-    text = f"entry_points:\n  main:\n    parameters: {{x: string}}\n    command: {json.dumps(command)}\n"
+def test_command_errors_when_selected(tmp_path: Path, command: str, fragment: str) -> None:
+    """A malformed entry point is refused when it is selected, never at load: another runs."""
+    text = (f"entry_points:\n  main:\n    parameters: {{x: string}}\n    command: {json.dumps(command)}\n"
+            "  other:\n    command: echo ok\n")
+    mp = load_mlproject(project(tmp_path, text))
+    assert build_command(mp.entry_point("other"), {}) == "echo ok"
     with pytest.raises(ConfigurationError) as info:
-        load_mlproject(project(tmp_path, text))
+        mp.entry_point()
     msg = str(info.value)
-    assert fragment in msg
+    assert fragment in msg and "\n" not in msg
     assert msg.startswith(f"{tmp_path / 'MLproject'}:4:14: entry_points.main.command: ")
+    assert mp.problems == (msg,)
 
 
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("nam: x\nentry_points: {}\n", "did you mean 'name'"),
-        ("entry_points: {main: {command: x, params: {}}}\n", "did you mean 'parameters'"),
-        ("entry_points: {main: {parameters: {a: int}, command: x}}\n", "unknown type 'int'"),
-        ("entry_points: {main: {parameters: {a: {type: float, default: abc}}, command: x}}\n", "not a number"),
-        ("entry_points: {main: {parameters: {a: {default: yes}}, command: x}}\n", "in quotes"),
-        ("entry_points: {main: {parameters: {a: {typ: path}}, command: x}}\n", "did you mean 'type'"),
-        ("entry_points: {main: {parameters: {a: path}}}\n", "command is required"),
+        ("entry_points: {main: {parameters: {a: path}}}\n", "command is required; MLflow fails"),
         ("entry_points: {main: {command: [x]}}\n", "expected the command"),
-        ("entry_points: [main]\n", "mapping of entry points"),
+        ("entry_points: {main: {command: x, parameters: [a]}}\n", "expected a mapping NAME: TYPE"),
+        ("entry_points: {main: {command: x, parameters: {a: 5}}}\n", "MLflow fails on it too"),
+        ("entry_points: {main: python x.py}\n", "expected a mapping with command"),
     ],
 )
-def test_mlproject_errors(tmp_path: Path, text: str, fragment: str) -> None:
-    with pytest.raises(ConfigurationError, match=None) as info:
-        load_mlproject(project(tmp_path, text))
+def test_malformed_entry_points(tmp_path: Path, text: str, fragment: str) -> None:
+    mp = load_mlproject(project(tmp_path, text))
+    with pytest.raises(ConfigurationError) as info:
+        mp.entry_point()
     assert fragment in str(info.value)
-    assert str(info.value).startswith(str(tmp_path / "MLproject") + ":")
+    assert str(info.value).startswith(str(tmp_path / "MLproject") + ":1:")
+
+
+def test_only_unloadable_files_are_refused_at_load(tmp_path: Path) -> None:
+    for i, text in enumerate(("entry_points: [main]\n", "- a\n", "a: [\n")):
+        with pytest.raises(ConfigurationError) as info:
+            load_mlproject(project(tmp_path / str(i), text))
+        assert re.match(re.escape(str(tmp_path / str(i) / "MLproject")) + r":\d+:\d+: \S", str(info.value))
+
+
+def test_any_type_word_is_a_string(tmp_path: Path) -> None:
+    """MLflow changes only path and uri values; int, bool, str... pass unchanged, and a
+    parameter whose declaration is broken still counts as declared (no follow-on message)."""
+    text = ("entry_points:\n  main:\n    parameters:\n      n: {type: int, default: 15}\n      b: bool\n"
+            "      s: {type: str, default: ''}\n      f: {type: float, default: .0}\n      t: {type: 3}\n"
+            "    command: run {n} {b} {s} {f} {t}\n"
+            "  broken:\n    parameters: {k: 7}\n    command: run {k}\n")
+    mp = load_mlproject(project(tmp_path, text))
+    ep = mp.entry_point()
+    assert [(p.type, p.default) for p in ep.parameters] == [
+        ("int", "15"), ("bool", None), ("str", ""), ("float", "0.0"), ("3", None)]
+    assert build_command(ep, {"b": "True", "t": "x", "f": "abc"}) == "run 15 True '' abc x"
+    assert value_notes(ep, {"f": "abc"}) == ["parameter f: 'abc' is not a number (type float); passed unchanged, as MLflow does"]
+    assert any("entry_points.main.parameters.t.type: an integer, not a type name" in w for w in ep.warnings)
+    with pytest.raises(ConfigurationError) as info:
+        mp.entry_point("broken")
+    assert "entry_points.broken.parameters.k" in str(info.value)
+    assert "no declared parameter" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["MLproject", "MLProject", "mlproject"])
+def test_file_name_in_any_case(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).write_text("entry_points: {main: {command: echo hi}}\n")
+    mp = load_mlproject(tmp_path)
+    assert mp.file == str(tmp_path / name) and mp.entry_point().command == "echo hi"
+
+
+def test_two_mlproject_files_are_an_error(tmp_path: Path) -> None:
+    (tmp_path / "MLproject").write_text("entry_points: {}\n")
+    (tmp_path / "mlproject").write_text("entry_points: {}\n")
+    with pytest.raises(ConfigurationError, match=r"several MLproject files .*: MLproject, mlproject"):
+        load_mlproject(tmp_path)
+
+
+def test_keys_mlflow_ignores_are_warnings(tmp_path: Path) -> None:
+    text = ("name: x\nkubernetes_env: {job_namespace: ml}\nnam: y\n"
+            "entry_points:\n  main:\n    comand: nope\n    command: echo {a}\n"
+            "    parameters: {a: {type: string, default: v, description: d}}\n")
+    mp = load_mlproject(project(tmp_path, text))
+    f = tmp_path / "MLproject"
+    assert mp.warnings == (
+        f"{f}:2:1: kubernetes_env: not a key MLflow reads; ignored, as MLflow does",
+        f"{f}:3:1: nam: not a key MLflow reads; ignored, as MLflow does (did you mean 'name'?)",
+    )
+    ep = mp.entry_point()
+    assert build_command(ep, {}) == "echo v"
+    assert [w.split(": ", 2)[1] for w in ep.warnings] == [
+        "entry_points.main.comand", "entry_points.main.parameters.a.description"]
+    assert "did you mean 'command'" in ep.warnings[0]
+
+
+def test_duplicate_key_keeps_the_last_with_a_warning(tmp_path: Path) -> None:
+    text = ("entry_points:\n  main:\n    command: echo first\n    command: echo second\n"
+            "  main:\n    command: echo third\n")
+    mp = load_mlproject(project(tmp_path, text))
+    assert mp.entry_point().command == "echo third"
+    f = tmp_path / "MLproject"
+    assert mp.warnings == (
+        f"{f}:4:5: entry_points.main.command: written twice (lines 3 and 4); the value of line 4 is used, "
+        "as MLflow's YAML reader does",
+        f"{f}:5:3: entry_points.main: written twice (lines 2 and 5); the value of line 5 is used, "
+        "as MLflow's YAML reader does",
+    )
+
+
+def test_boolean_default_is_passed_as_mlflow_writes_it(tmp_path: Path) -> None:
+    text = "entry_points: {main: {parameters: {a: {default: yes}}, command: 'run {a}'}}\n"
+    ep = load_mlproject(project(tmp_path, text)).entry_point()
+    assert build_command(ep, {}) == "run True"
+    assert "YAML reads this default as a boolean; it is passed as True" in ep.warnings[0]
 
 
 def test_unknown_and_file_entries(tmp_path: Path) -> None:
@@ -155,7 +238,8 @@ def test_all_missing_listed_once() -> None:
     ("ptype", "value", "expected"),
     [
         ("float", "1e-3", "1e-3"),
-        ("float", "abc", ParameterError),
+        ("float", "abc", "abc"),  # MLflow passes it unchanged (value_notes warns)
+        ("int", "x", "x"),
         ("uri", "s3://b/k", "s3://b/k"),
         ("uri", "relative/path", ParameterError),
         ("path", "/p/scratch/data", "/p/scratch/data"),
@@ -262,7 +346,6 @@ def test_dry_run_firecrest_with_image(tmp_path: Path, capsys: pytest.CaptureFixt
     [
         (["-P", "name=x"], "no value for parameter data"),
         (["-P", "data=a.csv", "-P", "name=x"], "not an uploaded project path"),  # excluded
-        (["-P", "data=keep.csv", "-P", "name=x", "-P", "lr=fast"], "not a number"),
         (["-P", "data=keep.csv", "-P", "name=x", "--pass-env", "LAUNCHERS_TEST_UNSET_VAR"], "not set"),
         (["-e", "nope"], "unknown entry point"),
         (["--group", "g"], "launchers.yaml"),
@@ -397,3 +480,21 @@ def test_backend_config_resources_are_sent_as_written(tmp_path: Path, site: str,
         for line in ("--partition=batch", "--time=0-00:02:00", "--nodes=2", "--ntasks=8", "--mem=1024M",
                      "--reservation=r1", "--qos=q", "--account=budget"):  # fmt: skip
             assert f"#SBATCH {line}\n" in script, line
+
+
+def test_validate_reports_every_entry_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``launchers validate`` checks all entry points of an MLproject (a file or its directory)."""
+    good = project(tmp_path / "good", "kubernetes_env: {}\nentry_points: {main: {command: echo hi}}\n", files=())
+    assert main(["validate", str(good)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{good / 'MLproject'}: OK (MLproject; entry points: main)\n"
+    assert "warning: " in err and "kubernetes_env: not a key MLflow reads" in err
+    bad = project(tmp_path / "bad", "entry_points:\n  a: {command: 'echo {x}'}\n  b: {parameters: {y: 1}, command: 'echo {y}'}\n"
+                  "  c: {command: echo ok}\n", files=())
+    (bad / "MLproject").rename(bad / "MLProject")
+    assert main(["validate", str(bad / "MLProject")]) == 2
+    _, err = capsys.readouterr()
+    lines = err.strip().split("\n")
+    assert len(lines) == 2 and "Traceback" not in err
+    assert lines[0].startswith(f"launchers: {bad / 'MLProject'}:2:") and "placeholder {x}" in lines[0]
+    assert "entry_points.b.parameters.y" in lines[1]

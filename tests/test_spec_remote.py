@@ -156,8 +156,11 @@ def test_local_image_rules(tmp_path: Path) -> None:
     cfg2 = write(tmp_path, uc(environment="{Apptainer: {Path: ../outside.sif}}"), "b2.yaml")
     assert plan_run(proj, entry="t.sh", backend_config=cfg2, environ={}).image.relpath == "outside.sif"  # type: ignore[union-attr]
     cfg3 = write(tmp_path, uc(environment="{Apptainer: {Path: missing.sif}}"), "b3.yaml")
-    with pytest.raises(ConfigurationError, match="does not exist"):
+    with pytest.raises(ConfigurationError) as info:
         plan_run(proj, entry="t.sh", backend_config=cfg3, environ={})
+    message = str(info.value)
+    assert message.startswith(f"{cfg3}:3:") and "Mantik refuses it too" in message
+    assert ": Environment.Apptainer.Path: the local image 'missing.sif' does not exist" in message
     (proj / "x.sif").write_text("a project file with the image's name")  # uploaded: it would collide
     cfg4 = write(tmp_path, uc(environment="{Apptainer: {Path: img/x.sif}}"), "b4.yaml")
     with pytest.raises(ConfigurationError, match="file of that name"):
@@ -623,11 +626,12 @@ def project(tmp_path: Path, text: str = MLPROJECT) -> Path:
     return proj
 
 
-# "conda_env, python_env, docker_env are reported as unused; other keys are errors"
+# "conda_env, python_env, docker_env are reported as unused"; other keys are ignored with a
+# warning, as MLflow ignores them (issue 16: the file is read as MLflow reads it)
 def test_mlproject_keys(tmp_path: Path) -> None:
     assert load_mlproject(project(tmp_path)).unused == ("conda_env",)
-    with pytest.raises(ConfigurationError, match="unknown key"):
-        load_mlproject(project(tmp_path / "b", "name: x\nentry_point: {}\n"))
+    (warning,) = load_mlproject(project(tmp_path / "b", "name: x\nentry_point: {}\n")).warnings
+    assert "entry_point: not a key MLflow reads; ignored" in warning and "did you mean 'entry_points'" in warning
 
 
 # "ENTRY defaults to main; an undeclared entry ending in .py or .sh runs as python FILE or bash FILE
@@ -652,24 +656,26 @@ def test_param_args(tmp_path: Path) -> None:
     assert "data" in str(info.value) and "name" in str(info.value)
 
 
-# "float must parse as a number. path: absolute is a remote path, passed unchanged; relative must name an
-#  uploaded project path and is passed relative to the run directory. uri must start with a scheme."
+# "path: absolute is a remote path, passed unchanged; relative must name an uploaded project path and is
+#  passed relative to the run directory. uri must start with a scheme." A float is passed unchanged, as
+#  MLflow does (issue 16: only path and uri change the value).
 def test_param_types(tmp_path: Path) -> None:
     ep = load_mlproject(project(tmp_path)).entry_point()
     uploaded = frozenset({"data", "data/in.txt", "train.py"})
     cmd = build_command(ep, {"data": "./data/in.txt", "name": "a b"}, uploaded)
     assert cmd == "python train.py --lr 0.1 --data data/in.txt --name 'a b' --url s3://bucket/x --home ${HOME}"
     assert "--data /p/x" in build_command(ep, {"data": "/p/x", "name": "n"}, uploaded)
-    for bad in ({"lr": "fast"}, {"data": "missing.txt"}, {"url": "no-scheme"}, {"data": "../x"}):
+    assert "--lr fast" in build_command(ep, {"data": "data", "name": "n", "lr": "fast"}, uploaded)
+    for bad in ({"data": "missing.txt"}, {"url": "no-scheme"}, {"data": "../x"}):
         with pytest.raises(LaunchersError):
             build_command(ep, {"data": "data", "name": "n", **bad}, uploaded)
 
 
-# "an undeclared placeholder is an error at load, and parameters absent from the command are appended
-#  as quoted --NAME VALUE (Mantik refused them)."
+# "an undeclared placeholder is an error" (when the entry point is selected: issue 16), "and parameters
+#  absent from the command are appended as quoted --NAME VALUE (Mantik refused them)."
 def test_placeholders_and_extra_params(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="placeholder"):
-        load_mlproject(project(tmp_path, "entry_points:\n  main:\n    command: echo {nope}\n"))
+        load_mlproject(project(tmp_path, "entry_points:\n  main:\n    command: echo {nope}\n")).entry_point()
     ep = load_mlproject(project(tmp_path / "b", "entry_points:\n  main:\n    command: echo hi\n")).entry_point()
     assert build_command(ep, {"x": "a b"}) == "echo hi --x 'a b'"
 
@@ -679,7 +685,7 @@ def test_placeholders_and_extra_params(tmp_path: Path) -> None:
 def test_continuation_line_error(tmp_path: Path) -> None:
     text = 'entry_points:\n  main:\n    command: |\n      python t.py\n      --lr 1\n'
     with pytest.raises(ConfigurationError) as info:
-        load_mlproject(project(tmp_path, text))
+        load_mlproject(project(tmp_path, text)).entry_point()
     assert "this line continues the previous one; join them or end it with `\\`" in str(info.value)
     ok = 'entry_points:\n  main:\n    command: |\n      python t.py \\\n      --lr 1\n'
     assert load_mlproject(project(tmp_path / "b", ok)).entry_point().name == "main"

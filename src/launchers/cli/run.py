@@ -21,7 +21,7 @@ def register(subparsers: Any) -> None:
     """Add the ``run`` command."""
     p = subparsers.add_parser(
         "run",
-        help="run an MLproject entry point on a UNICORE or firecREST site",
+        help="run an MLproject entry point on a UNICORE, firecREST or SSH site",
         description=(
             "Upload PROJECT_DIR (minus Exclude), submit its MLproject entry point with the site and "
             "resources of a Compute Backend Config (or those the finder chooses for -r), follow "
@@ -92,13 +92,17 @@ def submitter() -> Callable[..., int]:
 
 def print_plan(plan: Any, out: TextIO) -> None:
     """The ``--dry-run`` report: site, uploads, exclusions, description or script, command."""
+    from ..remote.ssh_site import SSHSite
+
     site = plan.site
     where = f"{plan.kind}"
-    if site is not None:
+    if isinstance(site, SSHSite):
+        where += f" {site.address} (user ${site.username_env}, sbatch over SSH)"
+    elif site is not None:
         where += f" {getattr(site, 'url', None) or getattr(site, 'api_url', '')}"
         if getattr(site, "machine", None):
             where += f" (machine {site.machine})"
-    if plan.launcher is not None:
+    if plan.launcher is not None and plan.kind != "ssh":  # an SSH site's launcher is the file's own
         where += f", group {plan.launcher.group_id}" if hasattr(plan.launcher, "group_id") else ""
     elif plan.backend is not None and plan.backend.group:
         where += f", group {plan.backend.group}"
@@ -120,7 +124,14 @@ def print_plan(plan: Any, out: TextIO) -> None:
         out.write("\njob description:\n")
         out.write(json.dumps(plan.description(), indent=2) + "\n")
         out.write("\nBSS file (job.sbatch):\n" + plan.bss_file())
-    if plan.kind in ("unicore", "firecrest"):
+    if plan.kind == "ssh":
+        out.write("\nsbatch options:\n")
+        for arg in plan.launcher.sbatch_args():
+            out.write(f"  {arg}\n")
+        out.write(f"\nrun by the Slurm job script with bash -l in {plan.default_run_dir()} (JOB_DIR: the job's "
+                  f"directory under {plan.site.workdir} on the site, chosen at submission):\n")
+        out.write(plan.script(plan.default_run_dir()))
+    elif plan.kind in ("unicore", "firecrest"):
         out.write("\njob.sh:\n")
         out.write(plan.script(plan.default_run_dir()))
     else:

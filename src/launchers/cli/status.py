@@ -74,7 +74,8 @@ def refresh(job: Any, timeout: float = REFRESH_TIMEOUT) -> str | None:
 
 
 def site_of(record: Any) -> str | None:
-    """The remote site a record names (UNICORE URL or firecREST API URL and machine), if any."""
+    """The remote site a record names (UNICORE URL, firecREST API URL and machine, or the SSH
+    site's address), if any."""
     extra: Mapping[str, Any] = record.extra if isinstance(record.extra, Mapping) else {}
     uc = extra.get("unicore_site")
     if isinstance(uc, Mapping) and uc.get("url"):
@@ -83,6 +84,9 @@ def site_of(record: Any) -> str | None:
     if isinstance(fc, Mapping) and fc.get("api_url"):
         machine = f" (machine {fc['machine']})" if fc.get("machine") else ""
         return f"{fc['api_url']}{machine}"
+    ssh = extra.get("ssh_site")
+    if isinstance(ssh, Mapping) and ssh.get("hostname"):
+        return f"ssh://{ssh['hostname']}:{ssh.get('port', 22)}"
     return None
 
 

@@ -1,8 +1,9 @@
 """``launchers validate [PATH]``: load a configuration, check all of it, print a summary.
 
 Exit 0 when it loads, 2 (through the dispatcher) with every problem on stderr otherwise. A
-Compute Backend Config (top-level ``Resources``, ``UnicoreApiUrl`` or ``Firecrest``) is handed
-to ``launchers.remote.backend_config.load_backend_config``.
+Compute Backend Config (top-level ``Resources``, ``UnicoreApiUrl``, ``Firecrest`` or ``SSH``) is
+handed to ``launchers.remote.backend_config.load_backend_config``; an MLproject (the file, or a
+directory holding one and no ``launchers.yaml``) is checked entry point by entry point.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from launchers.config.located import load_located
 from launchers.errors import ConfigurationError
 from launchers.units import format_size
 
-BACKEND_KEYS = ("Resources", "UnicoreApiUrl", "Firecrest")
+BACKEND_KEYS = ("Resources", "UnicoreApiUrl", "Firecrest", "SSH")
 
 
 def register(subparsers: Any) -> None:
@@ -77,6 +78,37 @@ def _validate_backend(path: Path) -> int:
     return 0
 
 
+def mlproject_of(path: Path) -> Path | None:
+    """The MLproject to check: ``path`` itself when its name is ``MLproject`` in any case, or the
+    one of a directory holding no ``launchers.yaml``; else None."""
+    from launchers.remote.mlproject import FILE_NAME, find_mlproject
+
+    if path.is_file():
+        return path if path.name.lower() == FILE_NAME else None
+    if path.is_dir() and not (path / "launchers.yaml").exists():
+        return find_mlproject(path)
+    return None
+
+
+def _validate_mlproject(path: Path) -> int:
+    """Every entry point of an MLproject: problems are errors (exit 2), warnings go to stderr."""
+    import sys
+
+    from launchers.remote.mlproject import load_mlproject
+
+    project = load_mlproject(path.parent)
+    if project.file is None or Path(project.file).resolve() != path.resolve():
+        raise ConfigurationError("not the project's MLproject file (another name differs only in case)", file=str(path))
+    for line in (*project.warnings, *(w for ep in project.entry_points for w in ep.warnings)):
+        print(f"launchers: warning: {line}", file=sys.stderr)
+    problems = project.problems
+    if problems:
+        raise ConfigurationError(problems[0], file=str(path), problems=list(problems))
+    names = ", ".join(ep.name for ep in project.entry_points) or "none"
+    print(f"{path}: OK (MLproject; entry points: {names})")
+    return 0
+
+
 def _machine() -> str:
     """This machine as the implicit local launcher sees it."""
     g = implicit_local_group()
@@ -91,6 +123,9 @@ def run(args: argparse.Namespace) -> int:
         path = Path(args.path).expanduser()
         if path.is_file() and is_backend_config(path):
             return _validate_backend(path)
+        mlproject = mlproject_of(path)
+        if mlproject is not None:
+            return _validate_mlproject(mlproject)
     found = find_config_file(args.path)
     if found is None:
         searched = ", ".join(str(p) for p in default_search_path())

@@ -216,9 +216,12 @@ def _key_path(root: Node, target: Node) -> str | None:
 class _Builder:
     """Turns a composed YAML node tree into LDict / LList / scalars."""
 
-    def __init__(self, loader: Any, file: str | None) -> None:
+    def __init__(self, loader: Any, file: str | None, duplicates: list[tuple[Node, Any]] | None = None) -> None:
         self.loader = loader
         self.file = file
+        #: None: a duplicate key is an error; a list: the last value wins and (key node, mark
+        #: of the first one) is recorded
+        self.duplicates = duplicates
         self.memo: dict[int, Any] = {}
         self.constructors = loader.yaml_constructors
 
@@ -269,7 +272,10 @@ class _Builder:
                     continue
                 key = knode.value if knode.tag == _STR_TAG else self.scalar(knode)
                 try:
-                    if key in keys:
+                    if key in keys and self.duplicates is not None:
+                        # PyYAML's reading (MLflow's): the last value wins; the caller warns
+                        self.duplicates.append((knode, keys[key]))
+                    elif key in keys:
                         first = _pos(self.file, keys[key])
                         raise _Duplicate(
                             knode,
@@ -332,12 +338,13 @@ def _plain_to_located(value: Any, file: str | None) -> Any:
     return value
 
 
-def _load_json(text: str, file: str | None, yaml_exc: yaml.YAMLError) -> Any:
+def _load_json(text: str, file: str | None, yaml_exc: yaml.YAMLError,
+               duplicates: list[DuplicateKey] | None = None) -> Any:
     """JSON that libyaml refused: usually tabs, which JSON allows only as whitespace (never raw
     inside strings), so they become spaces and positions stay exact."""
     if "\t" in text:
         try:
-            return load_located(text.replace("\t", " "), file)
+            return load_located(text.replace("\t", " "), file, duplicates=duplicates)
         except ConfigurationError:
             pass
     try:
@@ -365,9 +372,23 @@ def _reader_error(exc: Any, text: str, file: str | None) -> ConfigurationError:
     )
 
 
-def load_located(text: str, file: str | None = None) -> Any:
-    """Parse one YAML/JSON document into LDict/LList/scalars; ``None`` for an empty text."""
+@attrs.frozen
+class DuplicateKey:
+    """A key written twice in one mapping (read with ``duplicates=``): the last value was kept."""
+
+    key: str  # the key path, as in error messages
+    first: Position  # where the key was written first
+    last: Position  # where it was written again (the value kept)
+
+
+def load_located(text: str, file: str | None = None, *, duplicates: list[DuplicateKey] | None = None) -> Any:
+    """Parse one YAML/JSON document into LDict/LList/scalars; ``None`` for an empty text.
+
+    A duplicate key is an error, unless ``duplicates`` is a list: then the last value wins (as
+    PyYAML's ``safe_load`` reads it) and each duplicate is appended to that list.
+    """
     loader = None
+    found: list[tuple[Node, Any]] | None = [] if duplicates is not None else None
     try:
         try:
             loader = _Loader(text)
@@ -383,12 +404,20 @@ def load_located(text: str, file: str | None = None) -> Any:
             )
         except yaml.YAMLError as exc:
             if (file or "").endswith(".json") or text.lstrip().startswith(("{", "[")):
-                return _load_json(text, file, exc)
+                return _load_json(text, file, exc, duplicates)
             raise _yaml_error(exc, file)
         if node is None:
             return None
         try:
-            return _Builder(loader, file).build(node)
+            data = _Builder(loader, file, found).build(node)
+            if duplicates is not None and found:
+                for knode, first in found:
+                    duplicates.append(DuplicateKey(
+                        key=_key_path(node, knode) or str(knode.value),
+                        first=_pos(file, first),
+                        last=_pos(file, knode.start_mark),
+                    ))
+            return data
         except _Duplicate as dup:
             e = dup.error
             key = _key_path(node, dup.knode)
@@ -402,4 +431,4 @@ def load_located(text: str, file: str | None = None) -> Any:
             loader.dispose()
 
 
-__all__ = ["LDict", "LList", "load_located", "locate", "position_of"]
+__all__ = ["DuplicateKey", "LDict", "LList", "load_located", "locate", "position_of"]

@@ -306,6 +306,11 @@ class SSHConnectorConfig:
     max_channels: int = 8
     login_shell: bool = False
     workdir: str = "~/.local/share/launchers"
+    #: names of variables holding a password (also the passphrase of an encrypted key) and a
+    #: private key (its text, or the path of a key file): the SSH sites of a Compute Backend
+    #: Config (Mantik's ``MANTIK_SSH_PASSWORD`` / ``MANTIK_SSH_PRIVATE_KEY``); unset: keys only
+    password_env: str | None = None
+    private_key_env: str | None = None
 
 
 @attrs.frozen

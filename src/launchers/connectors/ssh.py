@@ -50,7 +50,7 @@ class HostKeyError(ConnectorError):
 
 
 class SSHAuthenticationError(ConnectorError, AuthenticationError):
-    """The server refused every key we offered (keys and agent only; no passwords)."""
+    """The server refused every key (and the password, when one is configured) we offered."""
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -99,6 +99,37 @@ def build_command(
     if pid_marker:
         line = f"printf '{_MARKER_PRINTF}%s\\n' \"$$\" >&2; {line}"
     return "bash -lc " + shlex.quote(line) if login_shell else line
+
+
+_KEY_TEXT = ("-----BEGIN ", "PuTTY-User-Key-File-", "---- BEGIN SSH2 ")
+
+
+def private_key_from(
+    value: str, *, what: str, passphrase: str | None = None, passphrase_env: str | None = None
+) -> asyncssh.SSHKey:
+    """The private key in ``value`` (named ``what`` in messages): the key's text (OpenSSH, PEM
+    or PuTTY; ``\\n`` written for newlines, as in a one-line ``.env`` entry, is understood), or
+    the path of a key file. Never shows the value itself in an error."""
+    text = value.strip()
+    if "\n" not in text and "\\n" in text:
+        text = text.replace("\\n", "\n")
+    try:
+        if text.startswith(_KEY_TEXT):
+            return asyncssh.import_private_key(text + "\n", passphrase)
+        path = os.path.expanduser(text)
+        if "\n" not in text and os.path.isfile(path):
+            return asyncssh.read_private_key(path, passphrase)
+    except (asyncssh.KeyEncryptionError, asyncssh.KeyImportError, ValueError) as e:
+        where = f" in {passphrase_env}" if passphrase_env else ""
+        if isinstance(e, asyncssh.KeyEncryptionError) or "assphrase" in str(e):
+            hint = f"is the passphrase{where} right?" if passphrase else f"it is encrypted: give its passphrase{where}"
+            raise ConfigurationError(f"{what}: cannot decrypt the private key: {e} ({hint})")
+        raise ConfigurationError(f"{what}: the private key is invalid ({e})")
+    except OSError as e:
+        raise ConfigurationError(f"{what}: cannot read the key file: {e.strerror or e}")
+    raise ConfigurationError(
+        f"{what} holds neither a private key (text starting with -----BEGIN) nor the path of a key file"
+    )
 
 
 def split_pid_marker(stderr: bytes) -> tuple[int | None, bytes]:
@@ -262,11 +293,13 @@ class _HostKeyCheck:
 
 
 class _Client(asyncssh.SSHClient):
-    """Client callbacks: host-key policy, loss notification, and no password prompts."""
+    """Client callbacks: host-key policy, loss notification, and no password prompts (a
+    configured password is answered by asyncssh itself, also to keyboard-interactive)."""
 
-    def __init__(self, owner: SSHConnector | None, check: _HostKeyCheck) -> None:
+    def __init__(self, owner: SSHConnector | None, check: _HostKeyCheck, password: bool = False) -> None:
         self._owner = owner
         self._check = check
+        self._password = password
         self._conn: asyncssh.SSHClientConnection | None = None
 
     def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
@@ -284,8 +317,9 @@ class _Client(asyncssh.SSHClient):
     def password_auth_requested(self) -> None:
         return None
 
-    def kbdint_auth_requested(self) -> None:
-        return None
+    def kbdint_auth_requested(self) -> Any:
+        # NotImplemented lets asyncssh answer a password prompt with the configured password
+        return NotImplemented if self._password else None
 
 
 # --------------------------------------------------------------------------- connector
@@ -488,7 +522,33 @@ class SSHConnector(Connector):
                     key=f"connectors.ssh.{self.name}.passphrase_env",
                 )
             opts["passphrase"] = value
+        password = os.environ.get(c.password_env) if c.password_env else None
+        if password:
+            opts["password"] = password
+            opts["password_auth"] = True
+            opts["kbdint_auth"] = True
+            opts.setdefault("passphrase", password)  # an encrypted key, as paramiko uses it
+        key = os.environ.get(c.private_key_env) if c.private_key_env else None
+        if key and key.strip():
+            assert c.private_key_env is not None
+            opts["client_keys"] = [private_key_from(key, what=c.private_key_env, passphrase=opts.get("passphrase"),
+                                                    passphrase_env=c.passphrase_env or c.password_env)]
         return opts
+
+    def _auth_hint(self) -> str:
+        """What to check when the server refuses us."""
+        c = self.config
+        if c.password_env or c.private_key_env:
+            key = bool(c.private_key_env and (os.environ.get(c.private_key_env) or "").strip())
+            sources = [f"the key in {c.private_key_env}" if key else "the SSH agent and the keys of ~/.ssh"]
+            if c.password_env and os.environ.get(c.password_env):
+                sources.append(f"the password in {c.password_env}")
+            unset = [n for n in (c.private_key_env, c.password_env) if n and not os.environ.get(n)]
+            return ("tried " + " and ".join(sources) + f": check {'them' if len(sources) > 1 else 'it'} and the "
+                    "remote authorized_keys"
+                    + (f" ({' and '.join(unset)} not set)" if unset else ""))
+        return ("keys and agent only, no passwords: check identity_file, passphrase_env and the remote "
+                "authorized_keys")
 
     async def _connect_one(
         self, host: str, port: int | None, username: str | None,
@@ -513,17 +573,15 @@ class SSHConnector(Connector):
             )
         try:
             conn: asyncssh.SSHClientConnection
+            password = "password" in opts
             conn, _ = await asyncssh.create_connection(
-                lambda: _Client(owner, check), host, **opts
+                lambda: _Client(owner, check, password), host, **opts
             )
             return conn
         except asyncssh.HostKeyNotVerifiable as e:
             raise HostKeyError(check.refusal or f"connector {self.name}: host key of {where} not verifiable: {e}")
         except asyncssh.PermissionDenied as e:
-            raise SSHAuthenticationError(
-                f"connector {self.name}: {where} refused our keys ({e.reason}); keys and agent "
-                "only, no passwords: check identity_file, passphrase_env and the remote authorized_keys"
-            )
+            raise SSHAuthenticationError(f"connector {self.name}: {where} refused us ({e.reason}); {self._auth_hint()}")
         except (asyncssh.KeyImportError, asyncssh.KeyEncryptionError) as e:
             hint = ""
             if "bcrypt" in str(e):
@@ -884,4 +942,5 @@ __all__ = [
     "build_command",
     "known_hosts_pattern",
     "parse_proxy_jump",
+    "private_key_from",
 ]

@@ -74,6 +74,7 @@ EXECUTOR_MODULES: dict[str, str] = {
     "slurm": "launchers.slurm.executor",
     "unicore": "launchers.remote.unicore_executor",
     "firecrest": "launchers.remote.firecrest_executor",
+    "ssh": "launchers.remote.ssh_executor",
     "batch": "launchers.batch.executor",
 }
 

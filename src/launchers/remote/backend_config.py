@@ -1,8 +1,9 @@
 """The Compute Backend Config (Mantik's format, remote-sites.md §1): load, check, resolve the site.
 
 ``load_backend_config(path)`` reads YAML or JSON (by suffix), reports every problem with its
-position, and returns a ``BackendConfig`` value. The site comes from ``UnicoreApiUrl`` or
-``Firecrest``, or from a ``unicore``/``firecrest`` group of ``launchers.yaml`` (``group=``).
+position, and returns a ``BackendConfig`` value. The site comes from ``UnicoreApiUrl``,
+``Firecrest`` or ``SSH`` (exactly one), or from a ``unicore``/``firecrest`` group of
+``launchers.yaml`` (``group=``).
 """
 
 from __future__ import annotations
@@ -22,13 +23,17 @@ from .checks import Problems, key_path, key_pos, suggest, type_name, value_pos
 from .environment import Environment, check_login_commands, validate_environment
 from .exclude import ExcludeRules, PatternError, compile_pattern
 from .resources import Resources, check_for_site, validate_resources
+from .ssh_site import SSHSite
 
-TOP_KEYS = ("UnicoreApiUrl", "Firecrest", "Environment", "Resources", "Exclude")
+TOP_KEYS = ("UnicoreApiUrl", "Firecrest", "SSH", "Environment", "Resources", "Exclude")
+SITE_KEYS = ("UnicoreApiUrl", "Firecrest", "SSH")
+SITE_KIND = {"UnicoreApiUrl": "unicore", "Firecrest": "firecrest", "SSH": "ssh"}
 FIRECREST_KEYS = ("ApiUrl", "TokenUrl", "Machine")
+SSH_KEYS = ("Hostname", "Port")
 SUFFIXES = (".yaml", ".yml", ".json")
 ACCOUNT_ENV = "MANTIK_COMPUTE_BUDGET_ACCOUNT"
 
-Site = Union[UnicoreSite, FirecrestSite]  # noqa: UP007 (a runtime alias, Python 3.10)
+Site = Union[UnicoreSite, FirecrestSite, SSHSite]  # noqa: UP007 (a runtime alias, Python 3.10)
 
 
 @attrs.frozen
@@ -51,6 +56,8 @@ class BackendConfig:
             return "unicore"
         if isinstance(self.site, FirecrestSite):
             return "firecrest"
+        if isinstance(self.site, SSHSite):
+            return "ssh"
         return None
 
     def with_group(self, group: UnicoreGroup | FirecrestGroup, *, account: str | None = None,
@@ -182,36 +189,48 @@ def load_backend_config(
     probs = Problems(file)
     if not isinstance(data, Mapping):
         probs.add(getattr(data, "position", None) or Position(file, 1, 1), "",
-                  f"expected a mapping with Resources (and UnicoreApiUrl or Firecrest), not {type_name(data)}")
+                  f"expected a mapping with Resources (and UnicoreApiUrl, Firecrest or SSH), not {type_name(data)}")
         probs.raise_if_any()
     assert isinstance(data, Mapping)
     for key in data:
         if key not in TOP_KEYS:
-            probs.add(key_pos(data, key), str(key), f"unknown key{suggest(str(key), TOP_KEYS)}; known keys: {', '.join(TOP_KEYS)}")
+            near_site = suggest(str(key), SITE_KEYS)
+            probs.add(key_pos(data, key), str(key), f"unknown key{suggest(str(key), TOP_KEYS)}; known keys: "
+                      f"{', '.join(TOP_KEYS)}{_MANTIK_IGNORES.get(str(key), _MANTIK_IGNORED)}"
+                      + ("; without a site Mantik refuses the file" if near_site and not any(k in data for k in SITE_KEYS)
+                         else ""))
     site: Site | None = None
     kind: str | None = None
-    if "UnicoreApiUrl" in data and "Firecrest" in data:
-        probs.add(key_pos(data, "Firecrest"), "Firecrest", "UnicoreApiUrl and Firecrest are both set; keep the one of the site to use")
-    elif "UnicoreApiUrl" in data:
+    given = [k for k in SITE_KEYS if k in data]
+    if len(given) > 1:
+        probs.add(key_pos(data, given[1]), given[1], f"{' and '.join(given)} are all set; keep the one of the site "
+                  "to use (Mantik refuses such a file too)" if len(given) > 2 else
+                  f"{given[0]} and {given[1]} are both set; keep the one of the site to use (Mantik refuses such a "
+                  "file too)")
+    elif given == ["UnicoreApiUrl"]:
         kind = "unicore"
         url = data["UnicoreApiUrl"]
         if _check_url(url, data, "UnicoreApiUrl", "UnicoreApiUrl", probs):
             site = UnicoreSite(url=url.rstrip("/"))
-    elif "Firecrest" in data:
+    elif given == ["Firecrest"]:
         kind = "firecrest"
         site = _firecrest(data["Firecrest"], data, probs)
+    elif given == ["SSH"]:
+        kind = "ssh"
+        site = _ssh(data["SSH"], data, probs)
     if group is not None:
         gkind = "firecrest" if isinstance(group, FirecrestGroup) else "unicore"
         if kind is not None:
-            key = "UnicoreApiUrl" if kind == "unicore" else "Firecrest"
+            key = given[0]
             probs.add(key_pos(data, key), key,
                       f"the file names its own site, and --group {group.label} names another; "
                       f"remove {key} to use the group's site, or drop --group")
         kind = gkind
-    elif "UnicoreApiUrl" not in data and "Firecrest" not in data:
+    elif not given and not any(suggest(str(k), SITE_KEYS) for k in data if k not in TOP_KEYS):
+        # (a misspelt site key is reported once, with its "did you mean", above)
         probs.add(getattr(data, "position", None) or Position(file, 1, 1), "",
-                  "no site: write UnicoreApiUrl or Firecrest, or pass --group ID naming a unicore or "
-                  "firecrest group of launchers.yaml")
+                  "no site: write UnicoreApiUrl, Firecrest or SSH (Mantik refuses a file without one too), or "
+                  "pass --group ID naming a unicore or firecrest group of launchers.yaml")
     env = Environment()
     if "Environment" in data:
         env = validate_environment(data["Environment"], file, "Environment", site_kind=kind, problems=probs)
@@ -269,6 +288,55 @@ def _firecrest(value: Any, data: Any, probs: Problems) -> FirecrestSite | None:
     return FirecrestSite(api_url=value["ApiUrl"].rstrip("/"), token_url=value["TokenUrl"], machine=str(machine))
 
 
+def _ssh(value: Any, data: Any, probs: Problems) -> SSHSite | None:
+    """``SSH: {Hostname, Port}``: Hostname required, Port (22 by default) a number or a string of
+    digits, as Mantik reads it."""
+    if not isinstance(value, Mapping):
+        probs.add(value_pos(data, "SSH"), "SSH", f"expected a mapping with Hostname (and Port), not {type_name(value)}"
+                  "; Mantik refuses it too")
+        return None
+    ok = True
+    for key in value:
+        if key not in SSH_KEYS:
+            probs.add(key_pos(value, key), key_path("SSH", str(key)),
+                      f"unknown key{suggest(str(key), SSH_KEYS)}; known keys: {', '.join(SSH_KEYS)} (Mantik 0.5 "
+                      "ignores other keys; the user name and key come from MANTIK_SSH_USERNAME and "
+                      "MANTIK_SSH_PRIVATE_KEY)")
+            ok = False
+    host = value.get("Hostname")
+    if "Hostname" not in value:
+        probs.add(getattr(value, "position", None), "SSH.Hostname", "Hostname is required (Mantik requires it too)")
+        ok = False
+    elif not isinstance(host, str) or not host.strip() or any(c.isspace() for c in host.strip()):
+        probs.add(value_pos(value, "Hostname"), "SSH.Hostname",
+                  f"expected a host name or address, not {type_name(host) if not isinstance(host, str) else repr(host)}")
+        ok = False
+    port = value.get("Port", 22)
+    number: int | None = None
+    if isinstance(port, int) and not isinstance(port, bool):
+        number = port
+    elif isinstance(port, str) and port.strip().isdigit():
+        number = int(port.strip())
+    if number is None or not 0 < number < 65536:
+        probs.add(value_pos(value, "Port"), "SSH.Port", f"expected a port number from 1 to 65535, not "
+                  f"{port!r}" if isinstance(port, (str, int)) else f"expected a port number, not {type_name(port)}")
+        ok = False
+    if not ok:
+        return None
+    assert isinstance(host, str) and number is not None
+    return SSHSite(hostname=host.strip(), port=number)
+
+
+#: what Mantik 0.5 did with a top-level key it does not know (unknown keys are errors here)
+_MANTIK_IGNORED = " (Mantik 0.5 ignores unknown keys)"
+_MANTIK_IGNORES = {
+    "DockerImage": " (a Mantik 0.1 key: Mantik 0.5 ignores it and runs without the image; "
+                   "write Environment: {Apptainer: {Path: IMAGE}})",
+    "SingularityImage": " (a Mantik 0.1 key: Mantik 0.5 ignores it and runs without the image; "
+                        "write it as Environment: {Apptainer: {Path: IMAGE, Type: local or remote}})",
+}
+
+
 def _exclude(value: Any, data: Any, probs: Problems) -> ExcludeRules:
     if not isinstance(value, list):
         probs.add(value_pos(data, "Exclude"), "Exclude", f"expected a list of patterns, not {type_name(value)}"
@@ -296,16 +364,21 @@ def _plain(value: Any) -> Any:
 
 
 def to_launcher(cfg: BackendConfig) -> Any:
-    """A ``UnicoreLauncher``/``FirecrestLauncher`` value running with this config's site,
-    environment and ``Resources`` as written (no finder)."""
+    """A ``UnicoreLauncher``/``FirecrestLauncher``/``SSHSiteLauncher`` value running with this
+    config's site, environment and ``Resources`` as written (no finder)."""
     from ..slurm.options import SlurmOptions
     from ..units import mib_ceil, slurm_time
     from .firecrest import FirecrestLauncher
     from .unicore import UnicoreLauncher
 
     if cfg.site is None:
-        raise ConfigurationError("no site: write UnicoreApiUrl or Firecrest, or give a group", file=str(cfg.path))
+        raise ConfigurationError("no site: write UnicoreApiUrl, Firecrest or SSH, or give a group", file=str(cfg.path))
     r = cfg.resources
+    if isinstance(cfg.site, SSHSite):
+        from .ssh_site import ssh_launcher
+
+        return ssh_launcher(cfg.site, r, environment=cfg.environment_data, account=cfg.account,
+                            label=cfg.group or cfg.path.stem)
     options = SlurmOptions(
         partition=r.queue,
         time=slurm_time(r.runtime) if r.runtime is not None else None,

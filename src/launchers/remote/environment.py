@@ -127,7 +127,8 @@ def _commands(value: Any, container: Any, key: str, prefix: str, problems: Probl
             problems.add(
                 item_pos(value, i),
                 key_path(path, i),
-                f"a command must be a string, not {type_name(item)}; write it in quotes: \"{item}\"",
+                f"a command must be a string, not {type_name(item)}; write it in quotes: \"{item}\" "
+                f"(Mantik 0.5 converts it with str() and runs the command {str(item)!r})",
             )
         else:
             problems.add(
@@ -256,8 +257,8 @@ def validate_environment(
 ) -> Environment:
     """Check an ``Environment`` mapping (§1.1) and return its value.
 
-    ``site_kind`` (``unicore``/``firecrest``; inferred from a ``firecrest...`` key prefix)
-    refuses login-node commands for firecREST. Raises one ``ConfigurationError`` listing every
+    ``site_kind`` (``unicore``/``firecrest``/``ssh``; inferred from a ``firecrest...`` key
+    prefix) refuses login-node commands for firecREST and SSH sites. Raises one ``ConfigurationError`` listing every
     problem unless a shared ``problems`` collector is given (then the caller raises).
     """
     own = problems is None
@@ -312,6 +313,13 @@ def validate_environment(
                     "firecREST runs nothing on the login node; move the command to "
                     + key.replace("LoginNode", "ComputeNode"),
                 )
+            elif site_kind == "ssh" and key.endswith("LoginNode"):
+                probs.add(
+                    key_pos(located_value, key),
+                    kp,
+                    "an SSH site runs nothing on the login node (Mantik 0.5 ignored this key for SSH "
+                    "sites); move the command to " + key.replace("LoginNode", "ComputeNode"),
+                )
     if "Apptainer" in located_value and "Python" in located_value:
         probs.add(key_pos(located_value, "Python"), key_path(key_prefix, "Python"),
                   "Apptainer and Python cannot both be set: the image brings its own Python")
@@ -340,9 +348,12 @@ def check_project_paths(env: Environment, project_dir: Path, uploaded: frozenset
     problems: list[str] = []
     if env.apptainer is not None and env.apptainer.is_local:
         image = (project_dir / env.apptainer.path)
-        where = f"{env.apptainer.position}" if env.apptainer.position.line else "Environment.Apptainer.Path"
+        where = "Environment.Apptainer.Path"
+        if env.apptainer.position.line:
+            where = f"{env.apptainer.position}: {where}"
         if not image.is_file():
-            problems.append(f"{where}: the local image {env.apptainer.path!r} does not exist (looked for {image})")
+            problems.append(f"{where}: the local image {env.apptainer.path!r} does not exist (looked for {image}; "
+                            "Mantik refuses it too)")
         elif env.apptainer.image_name in uploaded and not _same_file(project_dir / env.apptainer.image_name, image):
             problems.append(
                 f"{where}: the image is uploaded as {env.apptainer.image_name!r} at the run directory's root, "
@@ -350,7 +361,7 @@ def check_project_paths(env: Environment, project_dir: Path, uploaded: frozenset
             )
     if env.python is not None and not env.python.startswith("/"):
         rel = PurePosixPath(env.python).as_posix().rstrip("/")
-        where = f"{env.python_position}" if env.python_position.line else "Environment.Python"
+        where = f"{env.python_position}: Environment.Python" if env.python_position.line else "Environment.Python"
         if not (project_dir / rel).is_dir():
             problems.append(f"{where}: the virtual environment {env.python!r} is not a directory of the project (relative paths are inside the project; write an absolute path for one on the site)")
         elif not (project_dir / rel / "bin" / "activate").is_file():

@@ -17,7 +17,7 @@ import attrs
 from ..config.model import FirecrestGroup, FirecrestSite, UnicoreGroup, UnicoreSite
 from ..errors import ConfigurationError, LaunchersError
 from ..jobs.task import Task, command, sanitize_name
-from .backend_config import BackendConfig, Site, load_backend_config, resolve_account
+from .backend_config import BackendConfig, Site, load_backend_config, resolve_account, to_launcher
 from .environment import Environment, check_project_paths, validate_environment
 from .exclude import ExcludeRules, Upload, UploadSet, collect_uploads
 from .mlproject import (
@@ -27,6 +27,7 @@ from .mlproject import (
     load_mlproject,
     parse_param_args,
     passed_environment,
+    value_notes,
 )
 from .resources import Resources, resources_from_options
 from .script import (
@@ -39,8 +40,11 @@ from .script import (
     unicore_bss_file,
     unicore_description,
 )
+from .ssh_site import PROJECT_SUBDIR, SSHSite
 
 DEFAULT_WORKDIR = "launchers-runs"
+#: the kinds whose runs upload the project and run ``job.sh``'s environment steps (``script``)
+REMOTE_KINDS = ("unicore", "firecrest", "ssh")
 
 
 @attrs.frozen
@@ -101,15 +105,18 @@ class RunPlan:
         return self.uploads.uploads + ((self.image,) if self.image is not None else ())
 
     def script(self, run_dir: str | None = None) -> str:
-        """``job.sh``; firecREST needs the absolute run directory (known once the site answered)."""
-        if self.kind not in ("unicore", "firecrest"):
+        """``job.sh``; firecREST needs the absolute run directory (known once the site answered).
+
+        For an SSH site: the script that the Slurm job script runs with ``bash -l`` in
+        ``run_dir`` (the ``project/`` directory of the remote job directory)."""
+        if self.kind not in REMOTE_KINDS:
             raise LaunchersError(f"a {self.kind} launcher writes its own job script")
         return render_job_script(
             JobScriptSpec(
                 environment=self.environment,
                 command=self.command,
                 transport=self.kind,
-                run_dir=run_dir if self.kind == "firecrest" else None,
+                run_dir=run_dir if self.kind in ("firecrest", "ssh") else None,
                 job_name=self.job_name,
                 sbatch=self.sbatch if self.kind == "firecrest" else (),
                 exports=self.exports,
@@ -131,7 +138,11 @@ class RunPlan:
         return unicore_bss_file(self.job_name, self.sbatch)
 
     def default_run_dir(self) -> str:
-        """The firecREST run directory as far as known without asking the site."""
+        """The run directory as far as known without asking the site (firecREST: ``BASE`` for
+        the site's work directory; SSH: ``JOB_DIR`` for the remote job directory, chosen under
+        the site's work directory at submission)."""
+        if isinstance(self.site, SSHSite):
+            return f"JOB_DIR/{PROJECT_SUBDIR}"
         base = self.site.workdir if isinstance(self.site, FirecrestSite) and self.site.workdir else "BASE"
         return f"{base}/{self.run_id}"
 
@@ -181,6 +192,7 @@ def plan_run(
     ep = project.entry_point(entry)
     given = parse_param_args(params)
     notes = [f"MLproject: {k} is not used (the environment is the Compute Backend Config's Environment)" for k in project.unused]
+    notes += [*project.warnings, *ep.warnings, *value_notes(ep, given)]
 
     backend: BackendConfig | None = None
     launcher: Any = None
@@ -198,6 +210,8 @@ def plan_run(
         if kind in ("firecrest", "unicore"):
             gpu_option = grp.gpu_option if isinstance(grp, FirecrestGroup) else "gpus-per-node"
             sbatch = sbatch_pairs(resources, acct, gpu_option)
+        elif kind == "ssh":
+            launcher = to_launcher(backend)  # Slurm over SSH: the Resources become its sbatch options
     else:
         from ..finder.search import find_launcher
 
@@ -221,7 +235,7 @@ def plan_run(
     if isinstance(site, UnicoreSite) and site.gpu_resource_name != "GPUsPerNode":
         notes.append(f"site.gpu_resource_name {site.gpu_resource_name!r} is not used: UNICORE runs get their "
                      "GPUs from #SBATCH lines of their BSS file")
-    uploads = collect_uploads(project_path, rules) if kind in ("unicore", "firecrest") else collect_uploads(project_path, ExcludeRules())
+    uploads = collect_uploads(project_path, rules) if kind in REMOTE_KINDS else collect_uploads(project_path, ExcludeRules())
     excluded = {e.relpath: e.pattern for e in uploads.excluded}
     problems = check_project_paths(environment, project_path, uploads.paths, excluded)
     if problems:
@@ -233,7 +247,7 @@ def plan_run(
     cmd = build_command(ep, given, uploads.paths)
     exports = tuple(passed_environment(env_vars, pass_env, environment.variable_names))
     name = sanitize_name(ep.name[:-3] if ep.name.endswith((".py", ".sh")) else ep.name)
-    cwd = None if kind in ("unicore", "firecrest") else str(project_path.resolve())
+    cwd = None if kind in REMOTE_KINDS else str(project_path.resolve())
     task = command(["bash", "-c", cmd], name=name, env=dict(exports), cwd=cwd)
     return RunPlan(
         project=project,

@@ -1,7 +1,8 @@
 """``run_project``: submit a planned ``launchers run`` and follow it (remote-sites.md §3.4).
 
 The run is a job of the job model under ``--workdir``: its files (project minus ``Exclude``, plus
-a local Apptainer image) and ``job.sh`` go to the site through the UNICORE or firecREST executor;
+a local Apptainer image) and ``job.sh`` go to the site through the UNICORE, firecREST or SSH
+site executor;
 ``job.out`` and ``job.err`` are printed as they grow; the exit status is the job's code (1 and
 the final state when there is none). Ctrl-C detaches (printing the two commands to follow or
 cancel the run), or cancels with ``cancel_on_interrupt``.
@@ -67,7 +68,7 @@ def run_project(plan: Any, *, follow: bool = True, cancel_on_interrupt: bool = F
     launcher = plan_launcher(plan)
     xp = Experiment(plan.workdir, launcher, progress=False)
     directory = job_directory(xp.workdir, plan.task.name, plan.task.digest).absolute()
-    if plan.kind in ("unicore", "firecrest"):
+    if plan.kind in ("unicore", "firecrest", "ssh"):
         attach_payload(directory, plan_payload(plan))
     previous = read_record(directory) if (directory / "state.json").exists() else None
     force = previous is not None and previous.state.is_final
