@@ -193,9 +193,8 @@ def test_memory_alias_and_zero_gpus(tmp_path: Path) -> None:
 
 def test_total_and_per_node_cpus(tmp_path: Path) -> None:
     res = "Resources: {Queue: q, TotalCPUs: 8, CPUsPerNode: 4}\n"
-    for head in (f"UnicoreApiUrl: {URL}\n", "Firecrest: {ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m}\n"):
-        line = one_error(tmp_path, head + res)  # both become #SBATCH lines (UNICORE: a raw job)
-        assert ": Resources.TotalCPUs: " in line and "multiply" in line
+    line = one_error(tmp_path, "Firecrest: {ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m}\n" + res)
+    assert ": Resources.TotalCPUs: " in line and "multiply" in line
 
 
 @pytest.mark.parametrize(

@@ -334,9 +334,10 @@ def test_memory_alias(tmp_path: Path) -> None:
 def test_totalcpus_with_cpuspernode(tmp_path: Path) -> None:
     (line,) = problems(tmp_path, fc("{Queue: q, TotalCPUs: 8, CPUsPerNode: 4}"))
     assert "Resources.TotalCPUs" in line
-    # UNICORE runs now send #SBATCH lines too (a raw job): the same rule (remote-sites.md)
-    (line,) = problems(tmp_path, uc("{Queue: q, TotalCPUs: 8, CPUsPerNode: 4}"))
-    assert "Resources.TotalCPUs" in line and "UNICORE" in line
+    # UNICORE takes both (a Mantik file with both runs unchanged): TotalCPUs one-CPU tasks, at
+    # most CPUsPerNode of them per node, as UNICORE's own mapping reads them
+    res = load(tmp_path, uc("{Queue: q, TotalCPUs: 8, CPUsPerNode: 4}")).resources
+    assert dict(res.sbatch_options()) == {"partition": "q", "ntasks": "8", "ntasks-per-node": "4"}
 
 
 # "The account (...) is not in the file: --account, else the site's account, else

@@ -87,7 +87,11 @@ class Resources:
             out.append(("nodes", str(self.nodes)))
         if self.total_cpus is not None:
             out.append(("ntasks", str(self.total_cpus)))
-        if self.cpus_per_node is not None:
+        if self.cpus_per_node is not None and self.total_cpus is not None:
+            # both (UNICORE only): TotalCPUs one-CPU tasks, at most CPUsPerNode of them per node,
+            # as UNICORE's own mapping means them
+            out.append(("ntasks-per-node", str(self.cpus_per_node)))
+        elif self.cpus_per_node is not None:
             out.append(("ntasks-per-node", "1"))
             out.append(("cpus-per-task", str(self.cpus_per_node)))
         if self.gpus_per_node is not None:
@@ -230,8 +234,9 @@ def check_for_site(resources: Resources, site_kind: str, file: str | None) -> No
         raise ConfigurationError(_both_cpus(site_kind), file=file, key="Resources.TotalCPUs")
 
 
-#: site kinds whose Resources become #SBATCH lines of ours (UNICORE: the BSS file of a raw job)
-_SBATCH_SITES = {"firecrest": "firecREST", "unicore": "UNICORE"}
+#: site kinds that refuse TotalCPUs with CPUsPerNode (UNICORE takes both: TotalCPUs tasks, at
+#: most CPUsPerNode of them per node, as its own mapping reads them)
+_SBATCH_SITES = {"firecrest": "firecREST"}
 
 
 def _both_cpus(site_kind: str) -> str:
