@@ -495,6 +495,27 @@ def test_implicit_local_group() -> None:
     ]
 
 
+def test_implicit_local_group_of_a_mac() -> None:
+    """macOS: memory from `sysctl -n hw.memsize`; on Apple silicon one Apple GPU (kind mps)
+    sharing that memory, so that mps() and gpu() requests find the machine."""
+    from launchers import find_launcher
+    from launchers.config.implicit import apple_gpus, parse_sysctl_int
+    from launchers.config.model import CPUConfig, LaunchersConfig, LocalGroup
+
+    memory = parse_sysctl_int("34359738368\n")
+    assert memory == 32 * 2**30 and parse_sysctl_int("") is None and parse_sysctl_int("x") is None
+    (gpu,) = apple_gpus("arm64", memory, "Apple M2 Pro\n")
+    assert (gpu.model, gpu.count, gpu.memory, gpu.kind) == ("Apple M2 Pro GPU (MPS)", 1, memory, "mps")
+    assert apple_gpus("x86_64", memory, "Intel(R) Core(TM) i9") == ()
+    assert apple_gpus("arm64", None) == ()
+    mac = LocalGroup(cpu=CPUConfig(cores=10, memory=memory), gpus=(gpu,), implicit=True)
+    config = LaunchersConfig(groups=(mac,))
+    assert find_launcher("mps(mem=8G) & cpu(mem=16G)", config=config).kind == "local"
+    assert find_launcher("gpu(mem=8G)", config=config).kind == "local"
+    assert find_launcher("cuda()", config=config, default=None) is None
+    assert find_launcher("mps(mem=20G) & cpu(mem=16G)", config=config, default=None) is None
+
+
 # -- performance ----------------------------------------------------------------------------
 def test_ten_thousand_nodes_load_fast(tmp_path: Path) -> None:
     lines = ["slurm:", "  - id: big", "    partitions:"]

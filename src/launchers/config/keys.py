@@ -61,8 +61,16 @@ _CONFIGURATION_CPU: dict[str, Key] = {
     "cpu_per_gpu": _k("int", "cores Slurm gives per allocated GPU (DefCpuPerGPU)", minimum=0),
 }
 
+#: Kinds of accelerator a host declares; requests: cuda() takes cuda, mps() takes mps, gpu() any.
+GPU_KINDS = ("cuda", "mps", "other")
+_KIND_DOC = (
+    "accelerator kind: cuda (NVIDIA), mps (an Apple GPU, sharing the machine's memory) or "
+    "other (AMD, Intel...: only gpu() asks for it)"
+)
+
 _CONFIGURATION_GPU: dict[str, Key] = {
     "count": _k("int", "GPUs per node", minimum=0),
+    "kind": _k("enum", _KIND_DOC + "; default cuda", choices=GPU_KINDS),
     "memory": _k("size", "memory of one GPU (e.g. 40G)"),
     "model": _k("str", "GPU model name (informative)"),
     "min_memory": _k("size", "smallest GPU memory request this GPU accepts"),
@@ -139,6 +147,7 @@ _LOCAL_CPU: dict[str, Key] = {
 }
 
 _LOCAL_GPU: dict[str, Key] = {
+    "kind": _k("enum", _KIND_DOC, "cuda", choices=GPU_KINDS),
     "model": _k("str", "GPU model name"),
     "count": _k("int", "number of such GPUs", 1, minimum=1),
     "memory": _k("size", "memory of one GPU"),

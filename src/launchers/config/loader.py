@@ -599,9 +599,18 @@ class _Builder:
                 count=g.get("count", 1),
                 memory=g.get("memory", 0),
                 min_memory=g.get("min_memory"),
+                kind=g.get("kind", "cuda"),
             )
             for g in sec.get("gpus", [])
         )
+        kinds = {g.kind for g in gpus}
+        if "mps" in kinds and len(kinds) > 1:
+            self.r.problem(
+                sec.at("gpus"),
+                join(sec.path, "gpus"),
+                "an Apple GPU (kind: mps) shares the machine's memory and is its only GPU: "
+                "declare it alone, or describe the other GPUs in another local group",
+            )
         tokens = sec.get("tokens")
         token_items: tuple[tuple[str, int], ...] = ()
         if isinstance(tokens, Sec):
