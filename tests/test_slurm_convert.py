@@ -688,6 +688,7 @@ def test_cli_unreadable_input(data: bytes, message: str) -> None:
     assert err.startswith("launchers: ") and message in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert proc.stdout == b""
+    assert "(experimaestro 1.5.7's slurm convert " in err  # what the older converter did instead
 
 
 # ---------------------------------------------------------------- properties and speed

@@ -77,7 +77,8 @@ def _read_stdin() -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise LaunchersError(
-            f"<stdin>: not UTF-8 text (byte {e.start}); expected the output of `scontrol show nodes`"
+            f"<stdin>: not UTF-8 text (byte {e.start}); expected the output of `scontrol show nodes` "
+            "(experimaestro 1.5.7's slurm convert skipped the lines it could not read)"
         ) from None
 
 

@@ -334,6 +334,25 @@ SECTIONS: dict[str, dict[str, Key]] = {
     "countertoken": _COUNTERTOKEN,
 }
 
+#: experimaestro 1.5.7's class for each section it read, for messages saying what it did with
+#: a file: every key it did not know made it refuse the whole file ("KEY is not a valid field
+#: for CLASS"). Our keys are a superset of its keys, so an unknown key here was unknown there.
+XPM_CLASSES: dict[str, str] = {
+    "local": "DirectLauncherConfiguration",
+    "local_cpu": "CPU",
+    "local_gpu": "GPU",
+    "slurm": "SlurmConfiguration",
+    "configuration": "SlurmNodeConfiguration",
+    "configuration_cpu": "CPUConfig",
+    "configuration_gpu": "GPUConfig",
+    "partition": "SlurmPartition",
+    "nodes": "SlurmNodes",
+    "qos": "SlurmQOS",
+    "feature": "SlurmFeature",
+    "ssh": "SshConfiguration",
+    "countertoken": "CounterConfiguration",
+}
+
 #: Older spellings still accepted: section -> {alias: key}.
 ALIASES: dict[str, dict[str, str]] = {
     "local": {"disable": "disabled"},  # experimaestro 1.5.7's DirectLauncherConfiguration.disable

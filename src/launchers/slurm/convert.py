@@ -284,7 +284,9 @@ def convert_nodes(
     the warnings and the header) unless ``keep_all``, which keeps them after the others."""
     if not nodes:
         raise ScontrolFormatError(
-            "no node records found; expected the output of `scontrol show nodes`", file=source
+            "no node records found; expected the output of `scontrol show nodes` "
+            "(experimaestro 1.5.7's slurm convert wrote a group without partitions)",
+            file=source,
         )
     if slurm_partitions is not None:
         nodes = with_partitions(nodes, slurm_partitions, partitions_source)
@@ -295,11 +297,13 @@ def convert_nodes(
             raise ScontrolFormatError(
                 "no node record has Partitions=: no node is in a partition, or the text comes "
                 "from Slurm before 17.02, which does not print it; give `scontrol show "
-                "partitions` output with --partitions FILE to place the nodes",
+                "partitions` output with --partitions FILE to place the nodes (experimaestro "
+                "1.5.7's slurm convert wrote a group without partitions)",
                 file=source,
             )
         raise ScontrolFormatError(
-            "no node belongs to a partition (every record lacks Partitions=); nothing to convert",
+            "no node belongs to a partition (every record lacks Partitions=); nothing to convert "
+            "(experimaestro 1.5.7's slurm convert wrote a group without partitions)",
             file=source,
         )
     clusters = {n.cluster for n in nodes if n.cluster}
@@ -307,7 +311,8 @@ def convert_nodes(
         if len(clusters) > 1:
             raise ScontrolFormatError(
                 f"the text lists nodes of several clusters ({', '.join(sorted(clusters))}); "
-                "convert one cluster at a time (scontrol -M NAME show nodes)",
+                "convert one cluster at a time (scontrol -M NAME show nodes) (experimaestro "
+                "1.5.7's slurm convert merged them into one group)",
                 file=source,
             )
         group_id = next(iter(clusters)) if clusters else "slurm"

@@ -133,8 +133,16 @@ class SlurmPartition:
     root_only: bool = False
 
 
-def _error(message: str, source: str, line: int | None) -> ScontrolFormatError:
-    return ScontrolFormatError(message, file=source, line=line)
+#: What experimaestro 1.5.7's ``launchers slurm convert`` (and its ``query_slurm``) did, for
+#: refusals: it matched only ``NodeName=``, ``AvailableFeatures=`` and ``Partitions=`` lines
+#: with regular expressions, skipped every other line and never failed.
+OLDER_SKIPPED = "experimaestro 1.5.7's slurm convert skipped the lines it did not know"
+OLDER_UNREAD = "experimaestro 1.5.7's slurm convert never read {key}: it wrote no cores, memory or GPUs"
+
+
+def _error(message: str, source: str, line: int | None, older: str = "") -> ScontrolFormatError:
+    """A refusal naming the source and line, with what the older converter did (``older``)."""
+    return ScontrolFormatError(f"{message} ({older})" if older else message, file=source, line=line)
 
 
 def split_pairs(
@@ -194,6 +202,7 @@ def parse_records(
                 f"found {stripped[:60]!r}",
                 source,
                 lineno,
+                OLDER_SKIPPED if first_key == "NodeName" else "",
             )
         elif last_free is not None and (
             line.startswith(_CONTINUATION_INDENT) or not _KEY_LINE.match(line)
@@ -350,7 +359,9 @@ def _to_int(value: str | None, key: str, name: str, line: int, source: str) -> i
     try:
         return int(value)
     except ValueError:
-        raise _error(f"node {name}: {key}={value!r} is not an integer", source, line) from None
+        raise _error(
+            f"node {name}: {key}={value!r} is not an integer", source, line, OLDER_UNREAD.format(key=key)
+        ) from None
 
 
 _TRES_MEM = re.compile(r"(?:^|,)mem=([0-9]+(?:\.[0-9]+)?)([KMGTP]?)(?:,|$)")
@@ -399,7 +410,10 @@ def _usable_cpus(chunk: str, cpu_tot: int | None, name: str, line: int, source: 
         try:
             return cpu_tot - cpu_spec_count(spec_list)
         except ValueError:
-            raise _error(f"node {name}: CPUSpecList={spec_list!r} is not a list of CPU ids", source, line) from None
+            raise _error(
+                f"node {name}: CPUSpecList={spec_list!r} is not a list of CPU ids", source, line,
+                OLDER_UNREAD.format(key="CPUSpecList"),
+            ) from None  # fmt: skip
     return cpu_tot
 
 
@@ -407,7 +421,10 @@ def _node(chunk: str, line: int, cluster: str | None, source: str) -> SlurmNode:
     chunk = _without_free_text(chunk)
     name = _find(chunk, "NodeName") or ""
     if not name:
-        raise _error("NodeName= is empty", source, line)
+        raise _error(
+            "NodeName= is empty", source, line,
+            "experimaestro 1.5.7's slurm convert gave this record's features and partitions to the node before it",
+        )  # fmt: skip
     features = _find(chunk, "AvailableFeatures")
     if features is None:
         features = _find(chunk, "Features")
@@ -416,7 +433,7 @@ def _node(chunk: str, line: int, cluster: str | None, source: str) -> SlurmNode:
     try:
         gres = parse_gres(_find(chunk, "Gres") or "")
     except ValueError as e:
-        raise _error(f"node {name}: {e}", source, line) from None
+        raise _error(f"node {name}: {e}", source, line, OLDER_UNREAD.format(key="Gres")) from None
     gpus = [g for g in gres if g.name == "gpu"]
     cpu_tot = _to_int(_find(chunk, "CPUTot"), "CPUTot", name, line, source)
     real_memory = _to_int(_find(chunk, "RealMemory"), "RealMemory", name, line, source)
@@ -478,6 +495,7 @@ def _node_chunks(text: str, first_line: int, source: str) -> list[tuple[str, int
                     f"prints), found {raw.strip()[:60]!r}",
                     source,
                     first_line + offset,
+                    OLDER_SKIPPED,
                 )
     for i in range(1, len(pieces)):
         piece = pieces[i]
@@ -496,19 +514,20 @@ def parse_nodes(text: str, source: str = "<scontrol show nodes>") -> list[SlurmN
     """Nodes of ``scontrol [--future] [-o] [-M ...] show nodes`` text, in input order.
 
     A node listed twice with the same description is kept once; differently is an error."""
-    nodes: dict[str, SlurmNode] = {}
+    nodes: dict[tuple[str | None, str], SlurmNode] = {}
     for cluster, section, first_line in _sections(text):
         for chunk, line in _node_chunks(section, first_line, source):
             node = _node(chunk, line, cluster, source)
-            seen = nodes.get(node.name)
+            seen = nodes.get((cluster, node.name))
             if seen is None:
-                nodes[node.name] = node
+                nodes[(cluster, node.name)] = node
             elif attrs.evolve(seen, line=node.line, state=node.state) != node:
                 raise _error(
                     f"node {node.name} is listed twice with different descriptions "
                     f"(lines {seen.line} and {node.line})",
                     source,
                     node.line,
+                    "experimaestro 1.5.7's slurm convert put it in a node group for each feature list it had",
                 )
     return list(nodes.values())
 
