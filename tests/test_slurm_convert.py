@@ -523,7 +523,7 @@ def test_memory_that_cannot_be_read_is_reported() -> None:
     assert nomem.memory_mib is None and viatres.memory_mib == 1536
     result = convert_text(bare + tres)
     assert result.warnings == (
-        "<stdin>:1: RealMemory: cannot read the memory of 1 node(s) (no RealMemory=, no mem= in "
+        "<stdin>:1: RealMemory: cannot read the memory of 1 node(s) (no RealMemory= above 0, no mem= in "
         "CfgTRES=); their node groups declare no memory, so cpu(mem=...) does not limit them: nomem",)
     one = convert_text(node("tiny", mem=1))
     assert "RealMemory=1 (Slurm's default" in one.warnings[0]
@@ -769,3 +769,15 @@ def test_query_slurm_leaves_out_partitions_the_user_cannot_use(
     assert "partition rootonly left out: RootOnly=YES (only root may submit there) (name it in the file to use it)" in text
     assert "partition nofree left out: the file's accounts (free) are not admitted by Slurm" in text
     assert [n.hosts for n in parts["std"].nodes] == [("n1", "n2", "n3")]
+
+
+def test_zero_memory_non_gpu_gres_and_byte_order_mark() -> None:
+    zero = node("z", mem=0)
+    other = node("o", gres="tmpdisk:local:200GB,gpu:a100:2")
+    z, o = parse_nodes("\ufeff" + zero + "\n" + other)
+    assert z.memory_mib is None and (o.gpus, o.gpu_types) == (2, ("a100",))
+    (warning,) = convert_text(zero).warnings
+    assert "cannot read the memory of 1 node(s)" in warning
+    with pytest.raises(ScontrolFormatError, match="bad count 'x'"):
+        parse_nodes(node("g", gres="gpu:a:b:x"))
+    assert parse_partitions("\ufeff" + RESTRICTED)[0].name == "everything"

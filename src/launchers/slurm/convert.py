@@ -133,13 +133,14 @@ def node_warnings(nodes: Sequence[SlurmNode], source: str = "<stdin>") -> list[s
     if no_memory:
         out.append(
             f"{_at(source, no_memory)}: RealMemory: cannot read the memory of "
-            f"{len(no_memory)} node(s) (no RealMemory=, no mem= in CfgTRES=); their node groups "
+            f"{len(no_memory)} node(s) (no RealMemory= above 0, no mem= in CfgTRES=); their node groups "
             f"declare no memory, so cpu(mem=...) does not limit them: {_shown([n.name for n in no_memory])}"
         )
     no_cpus = [n for n in nodes if n.cpus is None and n.partitions]
     if no_cpus:
         out.append(
-            f"{_at(source, no_cpus)}: CPUTot: cannot read the cores of {len(no_cpus)} node(s); "
+            f"{_at(source, no_cpus)}: CPUTot: cannot read the cores of {len(no_cpus)} node(s) "
+            "(no CPUTot= above 0, no cpu= in CfgTRES=); "
             f"their node groups declare no cores: {_shown([n.name for n in no_cpus])}"
         )
     tiny = [n for n in nodes if n.real_memory_mib == 1 and n.partitions]

@@ -263,7 +263,8 @@ def _split_top(value: str) -> list[str]:
 def parse_gres(value: str) -> tuple[GresEntry, ...]:
     """Entries of a ``Gres=`` value: ``gpu:2``, ``gpu:a6000:2(S:0-1)``, ``gpu:tesla:4,gpu:k80:2``.
 
-    Raises ``ValueError`` for a count that is not a number."""
+    Raises ``ValueError`` for a GPU count that is not a number (other resources, which are
+    not read, keep whatever their last field is: ``tmpdisk:local:200GB``)."""
     if value.strip() in _NULLS:
         return ()
     entries = []
@@ -278,7 +279,7 @@ def parse_gres(value: str) -> tuple[GresEntry, ...]:
             if m:
                 count = int(m.group(1)) * _COUNT_SUFFIX[m.group(2).lower()]
                 rest = rest[:-1]
-            elif len(rest) > 1:
+            elif len(rest) > 1 and name == "gpu":
                 raise ValueError(f"bad count {rest[-1]!r} in Gres entry {item!r}")
         entries.append(GresEntry(name, ":".join(rest) or None, count))
     return tuple(entries)
@@ -437,20 +438,20 @@ def _node(chunk: str, line: int, cluster: str | None, source: str) -> SlurmNode:
     gpus = [g for g in gres if g.name == "gpu"]
     cpu_tot = _to_int(_find(chunk, "CPUTot"), "CPUTot", name, line, source)
     real_memory = _to_int(_find(chunk, "RealMemory"), "RealMemory", name, line, source)
-    if cpu_tot is None or real_memory is None:  # CfgTRES (Slurm >= 17.02) says them too
+    if not cpu_tot or not real_memory:  # CfgTRES (Slurm >= 17.02) says them too
         tres = _find(chunk, "CfgTRES")
-        if real_memory is None:
-            real_memory = _tres_memory_mib(tres)
-        if cpu_tot is None:
+        if not real_memory:
+            real_memory = _tres_memory_mib(tres) or real_memory
+        if not cpu_tot:
             m = _TRES_CPU.search(tres or "")
-            cpu_tot = int(m.group(1)) if m else None
-    memory = real_memory
+            cpu_tot = int(m.group(1)) if m else cpu_tot
+    memory = real_memory or None  # RealMemory=0 tells nothing (the caller reports it)
     if memory is not None:
         memory -= _to_int(_find(chunk, "MemSpecLimit"), "MemSpecLimit", name, line, source) or 0
     partitions = _find(chunk, "Partitions")
     return SlurmNode(
         name=name,
-        cpus=_usable_cpus(chunk, cpu_tot, name, line, source),
+        cpus=_usable_cpus(chunk, cpu_tot or None, name, line, source),
         memory_mib=memory,
         gpus=sum(g.count for g in gpus),
         gpu_types=tuple(dict.fromkeys(g.type for g in gpus if g.type)),
@@ -515,6 +516,7 @@ def parse_nodes(text: str, source: str = "<scontrol show nodes>") -> list[SlurmN
 
     A node listed twice with the same description is kept once; differently is an error."""
     nodes: dict[tuple[str | None, str], SlurmNode] = {}
+    text = text.removeprefix("\ufeff")  # a byte order mark left by an editor
     for cluster, section, first_line in _sections(text):
         for chunk, line in _node_chunks(section, first_line, source):
             node = _node(chunk, line, cluster, source)
@@ -554,7 +556,7 @@ def _listed(value: str | None) -> tuple[str, ...]:
 def parse_partitions(text: str, source: str = "<scontrol show partitions>") -> list[SlurmPartition]:
     """Partitions of ``scontrol show partitions`` text, in input order."""
     out = []
-    for rec in parse_records(text, "PartitionName", source):
+    for rec in parse_records(text.removeprefix("\ufeff"), "PartitionName", source):
         f = rec.fields
         name = f.get("PartitionName", "")
         if not name:
