@@ -676,7 +676,7 @@ def test_cli_partitions_file(tmp_path: Path) -> None:
         (b"", "no node records found"),
         (b"\n  \n", "no node records found"),
         (b"slurm_load_node error: Unable to contact slurm controller\n", "<stdin>:1: expected a record"),
-        (b"PartitionName=debug MaxTime=1:00:00\n", "<stdin>:1: expected a record starting with NodeName="),
+        (b"PartitionName=debug MaxTime=1:00:00\n", "<stdin>: the text holds `scontrol show partitions` records but no node record"),
         (b"\xff\xfe\x00garbage", "not UTF-8"),
         (node("x").replace("RealMemory=16000", "RealMemory=lots").encode(), "RealMemory='lots'"),
     ],
@@ -781,3 +781,15 @@ def test_zero_memory_non_gpu_gres_and_byte_order_mark() -> None:
     with pytest.raises(ScontrolFormatError, match="bad count 'x'"):
         parse_nodes(node("g", gres="gpu:a:b:x"))
     assert parse_partitions("\ufeff" + RESTRICTED)[0].name == "everything"
+
+
+def test_partitions_after_the_nodes_on_stdin() -> None:
+    """`(scontrol show nodes; scontrol show partitions) | launchers slurm convert`."""
+    text = RESTRICTED_NODES + "\n" + RESTRICTED
+    user = Access(frozenset({"users"}), ("proj2",))
+    both = convert_text(text, access=user)
+    apart = convert_text(RESTRICTED_NODES, partitions_text=RESTRICTED, access=user)
+    assert both.text == apart.text
+    assert both.warnings[0].startswith(f"<stdin>:{RESTRICTED_NODES.count(chr(10)) + 2}: partition everything left out")
+    with pytest.raises(ScontrolFormatError, match="give them once"):
+        convert_text(text, partitions_text=RESTRICTED)

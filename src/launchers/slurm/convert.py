@@ -356,6 +356,29 @@ def convert_nodes(
     return Conversion(text, len(nodes), len(partitions), n_groups, tuple(warnings))
 
 
+def split_partition_records(text: str) -> tuple[str, str | None]:
+    """``(nodes text, partitions text or None)`` of one text holding both outputs
+    (``scontrol show nodes; scontrol show partitions``): a record that starts with
+    ``PartitionName=`` runs to the next ``NodeName=`` line. Each text keeps the other's lines
+    as blank lines, so that line numbers stay those of the input."""
+    if "PartitionName=" not in text:
+        return text, None
+    nodes: list[str] = []
+    parts: list[str] = []
+    in_partition = False
+    for line in text.split("\n"):
+        head = line.lstrip()
+        if head.startswith("PartitionName="):
+            in_partition = True
+        elif head.startswith(("NodeName=", "CLUSTER:")):
+            in_partition = False
+        (parts if in_partition else nodes).append(line)
+        (nodes if in_partition else parts).append("")
+    if not any(p.strip() for p in parts):
+        return text, None
+    return "\n".join(nodes), "\n".join(parts)
+
+
 def convert_text(
     text: str,
     *,
@@ -367,9 +390,26 @@ def convert_text(
     access: Access | None = None,
     keep_all: bool = False,
 ) -> Conversion:
-    """Convert ``scontrol show nodes`` text (and optionally ``scontrol show partitions`` text);
-    the group id defaults to the cluster named in the text, else ``slurm``."""
+    """Convert ``scontrol show nodes`` text (and optionally ``scontrol show partitions`` text,
+    given apart or following the nodes in ``text``); the group id defaults to the cluster named
+    in the text, else ``slurm``."""
+    text, inline = split_partition_records(text)
+    if inline is not None:
+        if partitions_text is not None:
+            raise ScontrolFormatError(
+                f"the text holds `scontrol show partitions` records and {partitions_source} "
+                "gives them too: give them once",
+                file=source,
+            )
+        partitions_text, partitions_source = inline, source
     nodes = parse_nodes(text, source)
+    if inline is not None and not nodes:
+        raise ScontrolFormatError(
+            "the text holds `scontrol show partitions` records but no node record: give "
+            "`scontrol show nodes` on stdin, the partitions after it or with --partitions FILE "
+            "(experimaestro 1.5.7's slurm convert wrote a group without partitions)",
+            file=source,
+        )
     slurm_partitions = None
     if partitions_text is not None:
         slurm_partitions = parse_partitions(partitions_text, partitions_source)
