@@ -242,6 +242,44 @@ def test_unknown_token_and_connector() -> None:
     assert "front" in str(e)
 
 
+def test_refusals_say_what_experimaestro_1_5_7_did() -> None:
+    """Each refusal of a file experimaestro 1.5.7 also read says, in one line, what that tool
+    did with it (observed by running it on the same minimal files)."""
+    text = (
+        "local:\n"
+        "  - connector: local\n"
+        "    tokens: {mytoken: 1}\n"
+        "    cpu: {cores: 4, memory: 8G}\n"
+        "    gpu:\n"
+        "      - {model: GTX1080, count: 1, memory: 8116MiB}\n"
+    )
+    with pytest.raises(ConfigurationError) as info:
+        load_config_text(text, "l.yaml")
+    assert str(info.value).splitlines() == [
+        "l.yaml:3:23: local[0].tokens.mytoken: unknown token 'mytoken': declare it under the "
+        "top-level tokens: or in tokens.yaml (declared: none) (experimaestro 1.5.7 loaded the "
+        'file, then failed with "No token with identifier mytoken" when it chose this group)',
+        "l.yaml:5:5: local[0].gpu: unknown key 'gpu'; did you mean 'gpus'? (experimaestro 1.5.7 "
+        'refused the whole file too: "gpu is not a valid field for DirectLauncherConfiguration")',
+    ]
+    cases = {
+        "local:\n  - cpu: {memory: 4000}\n": 'refused the whole file too: "expected string or bytes-like object"',
+        "local:\n  - cpu: {memory: '4000'}\n": "experimaestro 1.5.7 read it as 4000 bytes",
+        "slurm:\n  - id: a\n    configuration: {max_duration: '3600'}\n": "read it as 3600 seconds",
+        "slurm:\n  - id: a\n    weight: '3'\n": "experimaestro 1.5.7 converted it to 3",
+        "slrum:\n  - id: a\n": "experimaestro 1.5.7 could not load such a file either",
+        "local:\n  - connector: front\n": 'failed with "No connector with identifier front"',
+        "slurm:\n  - id: a\n    partitions: {p: {qos: [q]}}\n": "failed with an AttributeError at every search",
+    }
+    for bad, note in cases.items():
+        with pytest.raises(ConfigurationError) as info:
+            load_config_text(bad, "x.yaml")
+        assert note in str(info.value) and len(str(info.value).splitlines()) == 1, str(info.value)
+    with pytest.raises(ConfigurationError) as info:  # a key experimaestro never had a section for
+        load_config_text("unicore:\n  - id: u\n    site: {url: 'https://x', bogus: 1}\n", "u.yaml")
+    assert "experimaestro" not in str(info.value)
+
+
 def test_tokens_with_ssh_connector() -> None:
     text = "connectors: {ssh: {f: {hostname: h}}}\ntokens: {x: 2}\nlocal:\n  - connector: f\n    tokens: {x: 1}\n"
     check(text, 5, 13, "local[0].tokens", "only with the local connector")
@@ -376,7 +414,8 @@ def test_sidecar_files(tmp_path: Path) -> None:
         load_config(tmp_path)
     assert str(info.value) == (
         f"{tmp_path / 'tokens.yaml'}:2:9: countertoken.gpu.tokns: unknown key 'tokns'; "
-        "did you mean 'tokens'?"
+        "did you mean 'tokens'? (experimaestro 1.5.7 refused the whole file too: \"tokns is not "
+        "a valid field for CounterConfiguration\")"
     )
 
 
@@ -493,6 +532,27 @@ def test_implicit_local_group() -> None:
         ("NVIDIA A100-SXM4-40GB", 2, 40960 * 2**20),
         ("Tesla T4", 1, 15360 * 2**20),
     ]
+
+
+def test_implicit_local_group_of_a_mac() -> None:
+    """macOS: memory from `sysctl -n hw.memsize`; on Apple silicon one Apple GPU (kind mps)
+    sharing that memory, so that mps() and gpu() requests find the machine."""
+    from launchers import find_launcher
+    from launchers.config.implicit import apple_gpus, parse_sysctl_int
+    from launchers.config.model import CPUConfig, LaunchersConfig, LocalGroup
+
+    memory = parse_sysctl_int("34359738368\n")
+    assert memory == 32 * 2**30 and parse_sysctl_int("") is None and parse_sysctl_int("x") is None
+    (gpu,) = apple_gpus("arm64", memory, "Apple M2 Pro\n")
+    assert (gpu.model, gpu.count, gpu.memory, gpu.kind) == ("Apple M2 Pro GPU (MPS)", 1, memory, "mps")
+    assert apple_gpus("x86_64", memory, "Intel(R) Core(TM) i9") == ()
+    assert apple_gpus("arm64", None) == ()
+    mac = LocalGroup(cpu=CPUConfig(cores=10, memory=memory), gpus=(gpu,), implicit=True)
+    config = LaunchersConfig(groups=(mac,))
+    assert find_launcher("mps(mem=8G) & cpu(mem=16G)", config=config).kind == "local"
+    assert find_launcher("gpu(mem=8G)", config=config).kind == "local"
+    assert find_launcher("cuda()", config=config, default=None) is None
+    assert find_launcher("mps(mem=20G) & cpu(mem=16G)", config=config, default=None) is None
 
 
 # -- performance ----------------------------------------------------------------------------

@@ -688,3 +688,77 @@ def test_not_found_error_has_its_message_in_args() -> None:
     with pytest.raises(LauncherNotFoundError) as e:
         find_launcher("cpu(cores=64)", config=cfg)
     assert e.value.args == (str(e.value),) and "no launcher can run" in e.value.args[0]
+
+
+# ---------------------------------------------------------------- accelerator kinds
+
+KINDS = """
+local:
+  - id: mac
+    cpu: {cores: 10, memory: 32G}
+    gpus: [{model: Apple M2 Pro, kind: mps, memory: 32G}]
+  - id: nvidia
+    cpu: {cores: 8, memory: 64G}
+    gpus: [{model: A6000, count: 2, memory: 48G}]
+slurm:
+  - id: amd
+    partitions:
+      mi:
+        configuration: {cpu: {cores: 64, memory: 512G}, gpu: {count: 8, kind: other, memory: 64G}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("spec", "group"),
+    [
+        ("cuda(mem=24G)", "nvidia"),
+        ("gpu(mem=24G)", "mac"),  # any kind: the first group that has one (file order)
+        ("gpu(mem=40G)", "nvidia"),
+        ("gpu(mem=60G)", "amd"),
+        ("gpu()*4", "amd"),
+        ("mps(mem=8G) & cpu(mem=20G)", "mac"),
+        ("mps(mem=16G) & cpu(mem=20G)", None),  # the Apple GPU takes the machine's memory
+        ("mps()*2", None),
+        ("cuda()*3", None),
+        ("cuda(mem=60G)", None),  # the AMD GPUs are not CUDA ones
+        ("mps(mem=4G) | cuda(mem=4G)", "mac"),
+    ],
+)
+def test_gpu_kinds(spec: str, group: str | None) -> None:
+    found = find_launcher(spec, config=cfg(KINDS), default=None)
+    assert (found.group.id if found is not None else None) == group
+    if group == "amd":
+        assert found.options.gpus_per_node == len(parse(spec).requirements[0].cuda_gpus)
+
+
+def test_gpu_kinds_explained() -> None:
+    with pytest.raises(LauncherNotFoundError) as info:
+        find_launcher("mps(mem=16G) & cpu(mem=20G)", config=cfg(KINDS))
+    text = str(info.value)
+    assert (
+        "local group mac: memory 32 GiB < 36 GiB requested: 20 GiB for the CPU and 16 GiB for "
+        "the Apple GPU, which shares the machine's memory"
+    ) in text
+    assert "local group nvidia: CUDA GPUs here, mps() requested" in text
+    assert "partition mi: other GPUs here, mps() requested" in text
+
+
+def test_mixed_kinds_on_one_host_are_assigned() -> None:
+    host = Host(gpus=(GPUSlot(memory=24 * G), GPUSlot(memory=16 * G, kind="other")))
+    assert matches(alt("cuda(mem=20G) & gpu(mem=16G)"), host)
+    assert matches(alt("gpu(mem=16G) & cuda()"), host)
+    assert not matches(alt("cuda()*2"), host)
+    assert not matches(alt("cuda(mem=20G) & gpu(mem=20G)"), host)
+    assert problems(alt("cuda()*2"), host, first_only=False)[0][0].code == "gpu_assign"
+    with pytest.raises(ConfigurationError, match=r"local\[0\].gpus: an Apple GPU \(kind: mps\)"):
+        cfg("local:\n  - gpus: [{kind: mps, memory: 8G}, {kind: cuda, memory: 8G}]\n")
+    with pytest.raises(ConfigurationError, match="kind"):
+        cfg("local:\n  - gpus: [{kind: rocm, memory: 8G}]\n")
+
+
+def test_requests_of_different_kinds_are_not_one_memo_entry() -> None:
+    config = cfg(KINDS)
+    assert find_launcher("cuda(mem=8G)", config=config).group.id == "nvidia"
+    assert find_launcher("mps(mem=8G)", config=config).group.id == "mac"
+    assert find_launcher("gpu(mem=8G)", config=config).group.id == "mac"
+    assert find_launcher("cuda(mem=8G)", config=config).group.id == "nvidia"

@@ -17,13 +17,16 @@ from launchers.config.loader import clear_cache, load_config, load_config_text
 from launchers.errors import ConfigurationError
 from launchers.finder.choose import needed_cores, select, select_cached
 from launchers.finder.hosts import GPUSlot, Host, build_index, compile_matcher, host_row
-from launchers.finder.match import fit
+from launchers.finder.match import fit, kind_bits
 from launchers.finder.search import find_launcher
 from launchers.language.values import CPURequest, GPURequest, HostRequirement
 
 GIB = 1024**3
 _sizes = st.sampled_from([0, 4 * GIB, 10 * GIB, 12 * GIB, 24 * GIB, 48 * GIB, 80 * GIB])
-_slot = st.builds(GPUSlot, memory=_sizes, min_memory=st.sampled_from([0, 2 * GIB, 5 * GIB, 20 * GIB]))
+_slot = st.builds(
+    GPUSlot, memory=_sizes, min_memory=st.sampled_from([0, 2 * GIB, 5 * GIB, 20 * GIB]),
+    kind=st.sampled_from(["cuda", "cuda", "mps", "other"]),
+)  # fmt: skip
 _host = st.builds(
     Host,
     cores=st.sampled_from([0, 4, 16, 64]),
@@ -46,7 +49,9 @@ _alt = st.builds(
         memory=st.sampled_from([0, GIB, 20 * GIB, 300 * GIB]),
         cores=st.sampled_from([1, 2, 8, 32, 100]),
     ),
-    cuda_gpus=st.lists(st.builds(GPURequest, memory=_sizes), max_size=5).map(tuple),
+    cuda_gpus=st.lists(
+        st.builds(GPURequest, memory=_sizes, kind=st.sampled_from(["cuda", "cuda", "gpu", "mps"])), max_size=5
+    ).map(tuple),
 )
 
 
@@ -55,7 +60,8 @@ def _compiled(hosts: tuple[Host, ...], alt: HostRequirement) -> tuple[int, ...]:
     nonzero = [r for r in requests if r]
     low, high = (min(nonzero), max(nonzero)) if nonzero else (0, 0)
     matcher = compile_matcher(tuple(host_row(h) for h in hosts))
-    return matcher(alt.duration, len(requests), alt.cpu.cores, alt.cpu.memory, low, high, requests)
+    need = kind_bits(alt.cuda_gpus)
+    return matcher(alt.duration, len(requests), alt.cpu.cores, alt.cpu.memory, low, high, alt.cuda_gpus, need, sum(requests))
 
 
 @settings(max_examples=200, deadline=None)

@@ -7,7 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import launchers
-from launchers import LaunchersError, RequirementSyntaxError, cpu, cuda_gpu, duration, parse
+from launchers import (
+    LaunchersError,
+    RequirementSyntaxError,
+    cpu,
+    cuda_gpu,
+    duration,
+    gpu,
+    mps,
+    parse,
+)
 from launchers.language.parser import MAX_GPUS, _fast_parse, _lalr_parse
 from launchers.language.values import (
     CPURequest,
@@ -162,7 +171,11 @@ def _error(text: str) -> RequirementSyntaxError:
         ("CUDA()", 1, "lower case"),
         ("Duration=4h", 1, "lower case"),
         ("cpu(Mem=1G)", 5, "lower case"),
-        ("gpu(mem=4G)", 1, "unknown requirement 'gpu'"),
+        ("gpus(mem=4G)", 1, "unknown requirement 'gpus'"),
+        ("gpu(cores=2)", 5, "unknown key 'cores' in gpu(...)"),
+        ("mps(mem=4)", 9, "needs a unit"),
+        ("MPS()", 1, "lower case"),
+        ("mps()*0", 7, "at least 1"),
         ("cpu()*2", 6, "repeats GPUs"),
         ("duration=1h*2", 12, "repeats GPUs"),
         ("duration(4h)", 1, "not a function"),
@@ -192,7 +205,7 @@ def test_error_message_shows_caret_and_expected() -> None:
     lines = str(e).splitlines()
     assert lines[1].strip() == "cuda(mem=24G) & | cpu()"
     assert lines[2].index("^") - lines[1].index("c") == 16
-    assert "expected one of: 'duration=', 'cuda(', 'cpu(', '('" in str(e)
+    assert "expected one of: 'duration=', 'cuda(', 'gpu(', 'mps(', 'cpu(', '('" in str(e)
     e = _error("cuda(mem=)")
     assert e.expected == ("a size such as 24G",)
     e = _error("cuda() cpu()")
@@ -217,7 +230,7 @@ def test_non_string() -> None:
 # --- property-based -----------------------------------------------------------------------
 
 _ALPHABET = [
-    "duration", "cuda", "cpu", "mem", "cores", "=", "(", ")", ",", "&", "|", "*",
+    "duration", "cuda", "gpu", "mps", "cpu", "mem", "cores", "=", "(", ")", ",", "&", "|", "*",
     "4", "0", "2.5", "24", "G", "GiB", "MB", "h", "days", "m", " ", "\n", "\t", "x", "$", ".",
 ]  # fmt: skip
 
@@ -261,15 +274,15 @@ _DURATIONS = st.sampled_from(["4 days", "1h", "1.5h", "90 minutes", "30s", "2w",
 
 @st.composite
 def _atoms(draw: st.DrawFn) -> tuple[str, HostRequirement]:
-    kind = draw(st.sampled_from(["cuda", "cpu", "duration"]))
+    kind = draw(st.sampled_from(["cuda", "gpu", "mps", "cpu", "duration"]))
     if kind == "duration":
         d = draw(_DURATIONS)
         return f"duration={d}", duration(d)
-    if kind == "cuda":
+    if kind != "cpu":
         mem = draw(st.none() | _SIZES)
         n = draw(st.integers(1, 4))
-        text = f"cuda(mem={mem})" if mem else "cuda()"
-        value = cuda_gpu(mem)
+        text = f"{kind}(mem={mem})" if mem else f"{kind}()"
+        value = {"cuda": cuda_gpu, "gpu": gpu, "mps": mps}[kind](mem)
         if n > 1 or draw(st.booleans()):
             return f"{text}*{n}", value * n
         return text, value
@@ -382,3 +395,41 @@ def test_decimals_without_a_leading_or_trailing_digit() -> None:
     """'integer or decimal': .5 and 2. read as Python's float() does, in strings and builders."""
     assert parse("duration=.5h") == parse("duration=30m") == parse(duration(".5h"))
     assert parse("cpu(mem=2.G)") == parse("cpu(mem=2G)")
+
+
+# ---------------------------------------------------------------- experimaestro 2.x strings
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("gpu(mem=4GiB)", gpu("4G")),
+        ("mps(mem=8GiB) & cpu(mem=4G)", mps("8G") & cpu(mem="4G")),
+        ("gpu()*2", gpu() * 2),
+        ("mps(mem=512MiB) * 3", mps("512M") * 3),
+        ("duration=4h & cuda(mem=8GiB) | duration=4h & mps(mem=8GiB)",
+         duration("4h") & cuda_gpu("8G") | duration("4h") & mps("8G")),
+        ("duration=40h & cpu(mem=700GiB) & cuda(mem=32GiB) * 2",
+         duration(40 * 3600) & cpu(mem="700G") & cuda_gpu("32G") * 2),
+        ("duration=2h & gpu(mem=4GiB)", duration("2h") & gpu("4G")),
+        ("duration=30m", duration(1800)), ("duration=30min", duration(1800)), ("duration=3mins", duration(180)),
+        ("duration=2hours", duration(7200)), ("duration=1day", duration(86400)),
+    ],
+)  # fmt: skip
+def test_experimaestro_2_strings(text: str, value: object) -> None:
+    assert parse(text) == parse(value)  # type: ignore[arg-type]
+    assert _lalr_parse(text) == parse(text)
+
+
+def test_gpu_kinds_are_kept_apart() -> None:
+    (alt,) = parse("cuda(mem=4G) & gpu(mem=4G) & mps(mem=4G)").requirements
+    assert [g.kind for g in alt.cuda_gpus] == ["cuda", "gpu", "mps"]
+    assert len(set(alt.cuda_gpus)) == 3
+    assert str(alt) == "cuda(mem=4GiB) & gpu(mem=4GiB) & mps(mem=4GiB)"
+    assert str(parse("gpu()*2 & mps()")) == "gpu()*2 & mps()"
+    assert parse(str(alt)).requirements == (alt,)
+    assert (gpu() * 2 & mps()).requirements[0].cuda_gpus == [GPURequest(0, "gpu")] * 2 + [GPURequest(0, "mps")]
+    assert launchers.gpu is gpu and launchers.mps is mps
+    with pytest.raises(RequirementSyntaxError, match="repeats GPUs: it must follow cuda"):
+        cpu() * 2
+    assert [GPURequest(0, k).bit for k in ("cuda", "mps", "gpu")] == [1, 2, 0]

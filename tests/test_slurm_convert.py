@@ -16,13 +16,19 @@ from launchers.config.loader import load_config_text
 from launchers.errors import ConfigurationError, LaunchersError
 from launchers.slurm.convert import convert_text, duration_text
 from launchers.slurm.scontrol import (
+    NODE_FREE_TEXT,
+    Access,
     ScontrolFormatError,
+    Usability,
     cluster_name,
+    expand_hostlist,
     max_array_size,
     parse_config,
     parse_gres,
     parse_nodes,
     parse_partitions,
+    parse_records,
+    partition_usability,
 )
 from launchers.units import MIB
 
@@ -351,25 +357,30 @@ def test_no_aliases_even_for_identical_groups() -> None:
 def test_nodes_without_partition_are_reported() -> None:
     result = convert_text(node("a") + "\n" + node("lonely", partitions=None))
     assert result.warnings == ("1 node(s) in no partition left out: lonely",)
-    with pytest.raises(ScontrolFormatError, match="no node belongs to a partition"):
+    with pytest.raises(ScontrolFormatError, match=r"no node record has Partitions=.*--partitions FILE"):
         convert_text(node("lonely", partitions=None))
 
 
 def test_partitions_text_adds_time_limits_order_and_state() -> None:
-    result = convert_text(SANDBOX_NODES, partitions_text=SANDBOX_PARTITIONS)
+    result = convert_text(SANDBOX_NODES, partitions_text=SANDBOX_PARTITIONS, access=Access(accounts=("research",)))
     doc = yaml.safe_load(result.text)
     parts = doc["slurm"][0]["partitions"]
-    assert list(parts) == ["debug", "gpu", "long"]  # scontrol's order; unknown ones last
+    assert list(parts) == ["debug", "gpu"]  # scontrol's order; `long` is not in the text
     assert parts["debug"]["configuration"] == {"max_duration": "1h"}
     assert parts["gpu"]["configuration"] == {"max_duration": "1d"}
-    assert "configuration" not in parts["long"] and "scratch" not in parts
+    assert parts["gpu"]["accounts"] == ["research"]  # AllowAccounts: the account to use there
+    assert "scratch" not in parts and "accounts" not in parts["debug"]
     assert result.warnings == (
-        "partition(s) not in the partitions text (hidden?), kept without a time limit: long",)
+        "partition long left out (--all keeps it): not in the partitions text (hidden, or not "
+        "visible to the user who ran scontrol)",)
     inactive = SANDBOX_PARTITIONS.replace("State=UP TotalCPUs=24", "State=DRAIN TotalCPUs=24")
     doc = yaml.safe_load(convert_text(SANDBOX_NODES, partitions_text=inactive).text)
     assert doc["slurm"][0]["partitions"]["debug"]["disabled"] is True
     (g,) = load_config_text(result.text, "p.yaml").groups
-    assert [p.configuration.max_duration for p in g.partitions] == [3600, 86400, None]  # type: ignore[union-attr]
+    assert [p.configuration.max_duration for p in g.partitions] == [3600, 86400]  # type: ignore[union-attr]
+    kept = convert_text(SANDBOX_NODES, partitions_text=SANDBOX_PARTITIONS, keep_all=True)
+    assert list(yaml.safe_load(kept.text)["slurm"][0]["partitions"]) == ["debug", "gpu", "long"]
+    assert "#   gpu: AllowAccounts=research,sandbox and your Slurm accounts are unknown" in kept.text
     with pytest.raises(ScontrolFormatError, match="no partition records found"):
         convert_text(SANDBOX_NODES, partitions_text="\n")
 
@@ -380,6 +391,246 @@ def test_partitions_text_adds_time_limits_order_and_state() -> None:
 )
 def test_duration_text(seconds: int, text: str) -> None:
     assert duration_text(seconds) == text
+
+
+# ---------------------------------------------------------------- real clusters' quirks
+# Each input below is written from scratch with one layout scontrol prints (Slurm's
+# src/api/node_info.c and partition_info.c, 15.08 to 25.05); see docs/slurm-convert.md.
+
+# Slurm <= 17.02: OS (one word) on the RealMemory line, Features=, no Partitions=, CPUErr=
+OLD_NODE = """\
+NodeName=old{i} Arch=x86_64 CoresPerSocket=8
+   CPUAlloc=0 CPUErr=0 CPUTot=16 CPULoad=0.01 Features=ib,haswell
+   Gres=gpu:k80:2
+   NodeAddr=old{i} NodeHostName=old{i} Version=16.05
+   OS=Linux RealMemory=94000 AllocMem=0 FreeMem=90000 Sockets=2 Boards=1
+   State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A
+   BootTime=2017-01-01T00:00:00 SlurmdStartTime=2017-01-01T00:00:00
+   CapWatts=n/a
+   CurrentWatts=0 LowestJoules=0 ConsumedJoules=0
+   ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s
+"""
+
+OLD_PARTITIONS = """\
+PartitionName=short
+   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL
+   AllocNodes=ALL Default=YES QoS=N/A
+   DefaultTime=NONE DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO
+   MaxNodes=UNLIMITED MaxTime=04:00:00 MinNodes=1 LLN=NO MaxCPUsPerNode=UNLIMITED
+   Nodes=old[1-2]
+   Priority=1 RootOnly=NO ReqResv=NO Shared=NO PreemptMode=OFF
+   State=UP TotalCPUs=32 TotalNodes=2 SelectTypeParameters=NONE
+
+PartitionName=all
+   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL Default=NO QoS=N/A Hidden=NO
+   MaxTime=1-00:00:00 Nodes=ALL Priority=1 State=UP
+"""
+
+
+def test_memory_on_the_os_line_of_slurm_17_02() -> None:
+    (n,) = parse_nodes(OLD_NODE.format(i=1))
+    assert (n.memory_mib, n.cpus, n.features, n.gpus, n.partitions) == (94000, 16, ("ib", "haswell"), 2, None)
+
+
+def test_os_with_spaces_own_line_and_one_line_form() -> None:
+    multi = node("a").replace(
+        "   RealMemory=", "   OS=Linux 3.10.0-957.el7.x86_64 #1 SMP Thu Nov 8 23:39:32 UTC 2018 \n   RealMemory="
+    )
+    one = (
+        "NodeName=b CPUTot=8 AvailableFeatures=X Gres=(null) OS=Linux 3.10.0-957.el7.x86_64 #1 SMP "
+        "Thu Nov 8 23:39:32 UTC 2018 RealMemory=2000 AllocMem=0 State=IDLE Partitions=p "
+        "Reason=fan RealMemory=1 State=DOWN [root@2020-01-01T00:00:00] Comment=moved: a=b c "
+        "Extra={\"rack\": 5, \"x=y\": 1} ReservationName=maint\n"
+    )
+    a, b = parse_nodes(multi + "\n" + one)
+    assert (a.memory_mib, a.cpus) == (16000, 8)
+    assert (b.memory_mib, b.state, b.partitions, b.features) == (2000, "IDLE", ("p",), ("X",))
+
+
+def test_every_key_is_read_wherever_it_stands() -> None:
+    text = (
+        "NodeName=moved CPUTot=12 Partitions=q\n"
+        "   RealMemory=5000 Gres=gpu:2 State=MIXED AvailableFeatures=F\n"
+    )
+    (n,) = parse_nodes(text)
+    assert (n.cpus, n.memory_mib, n.gpus, n.state, n.partitions, n.features) == (
+        12, 5000, 2, "MIXED", ("q",), ("F",))
+
+
+def test_reason_comment_extra_and_their_continuation_lines() -> None:
+    text = node("r", "A", "p1") + (
+        "   Reason=bad dimm State=DOWN Partitions=wrong [root@2026-01-01T00:00:00]\n"
+        "          second line of the reason RealMemory=1\n"
+        "   Comment=see ticket CPUTot=2\n"
+        "   Extra={\"Partitions\": \"x\"} Gres=gpu:8\n"
+        "   ReservationName=maint\n"
+    )
+    (n,) = parse_nodes(text)
+    assert (n.partitions, n.state, n.memory_mib, n.cpus, n.gpus) == (("p1",), "IDLE", 16000, 8, 0)
+    records = parse_records(text, "NodeName", free_text=NODE_FREE_TEXT)
+    fields = records[0].fields
+    assert fields["Reason"] == (
+        "bad dimm State=DOWN Partitions=wrong [root@2026-01-01T00:00:00] second line of the reason RealMemory=1")
+    assert (fields["Comment"], fields["Extra"]) == ("see ticket CPUTot=2", '{"Partitions": "x"} Gres=gpu:8')
+    assert fields["ReservationName"] == "maint" and fields["RealMemory"] == "16000"
+
+
+def spec_node(name: str, extra: str, cpus: int = 48, threads: int = 2, efctv: int | None = None) -> str:
+    """A node with core and memory specialization (CoresPerSocket x Sockets = 24 cores)."""
+    eff = f" CPUEfctv={efctv}" if efctv is not None else ""
+    return (
+        f"NodeName={name} Arch=x86_64 CoresPerSocket=12\n"
+        f"   CPUAlloc=0{eff} CPUTot={cpus} CPULoad=0.01\n"
+        f"   AvailableFeatures=F\n   ActiveFeatures=F\n   Gres=(null)\n"
+        f"   RealMemory=190000 AllocMem=0 FreeMem=1 Sockets=2 Boards=1\n"
+        f"   {extra}\n"
+        f"   State=IDLE ThreadsPerCore={threads} TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A\n"
+        f"   Partitions=p\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus", "memory"),
+    [
+        (spec_node("a", "CoreSpecCount=2 CPUSpecList=0-1,24-25 MemSpecLimit=10000", efctv=44), 44, 180000),
+        (spec_node("b", "CoreSpecCount=2 MemSpecLimit=10000"), 44, 180000),  # 2 cores x 2 threads
+        (spec_node("c", "CoreSpecCount=2", cpus=24), 22, 190000),  # threads not scheduled
+        (spec_node("d", "CPUSpecList=0,24,1"), 45, 190000),
+        (spec_node("e", "MemSpecLimit=90000"), 48, 100000),
+    ],
+)
+def test_core_and_memory_specialization(text: str, cpus: int, memory: int) -> None:
+    (n,) = parse_nodes(text)
+    assert (n.cpus, n.memory_mib, n.cpu_tot, n.real_memory_mib) == (cpus, memory, n.cpu_tot, 190000)
+    assert n.reserved_cpus == n.cpu_tot - cpus  # type: ignore[operator]
+    (g,) = groups_of(converted(text), "p")
+    assert g["configuration"]["cpu"] == {"cores": cpus, "memory": f"{memory}M"}
+
+
+def test_all_cputot_cores_on_a_specialized_node_is_not_found() -> None:
+    from launchers import find_launcher
+
+    cfg = load_config_text(convert_text(spec_node("a", "CoreSpecCount=2 MemSpecLimit=10000", efctv=44)).text, "s.yaml")
+    assert find_launcher("cpu(cores=44, mem=180000M)", config=cfg).options.partition == "p"
+    assert find_launcher("cpu(cores=48)", config=cfg, default=None) is None
+    assert find_launcher("cpu(mem=190000M)", config=cfg, default=None) is None
+
+
+def test_memory_that_cannot_be_read_is_reported() -> None:
+    bare = "NodeName=nomem CPUTot=4 AvailableFeatures=F Gres=(null) State=IDLE Partitions=p\n"
+    tres = bare.replace("nomem", "tres").replace("State=", "CfgTRES=cpu=4,mem=1.5G,billing=4 State=")
+    nomem, viatres = parse_nodes(bare + tres)
+    assert nomem.memory_mib is None and viatres.memory_mib == 1536
+    result = convert_text(bare + tres)
+    assert result.warnings == (
+        "<stdin>:1: RealMemory: cannot read the memory of 1 node(s) (no RealMemory= above 0, no mem= in "
+        "CfgTRES=); their node groups declare no memory, so cpu(mem=...) does not limit them: nomem",)
+    one = convert_text(node("tiny", mem=1))
+    assert "RealMemory=1 (Slurm's default" in one.warnings[0]
+
+
+def test_old_slurm_nodes_get_partitions_from_partition_node_lists() -> None:
+    text = OLD_NODE.format(i=1) + "\n" + OLD_NODE.format(i=2) + "\n" + OLD_NODE.format(i=3)
+    with pytest.raises(ScontrolFormatError, match=r"Slurm before 17\.02"):
+        convert_text(text)
+    result = convert_text(text, partitions_text=OLD_PARTITIONS)
+    doc = yaml.safe_load(result.text)
+    parts = doc["slurm"][0]["partitions"]
+    assert [g["hosts"] for g in parts["short"]["nodes"]] == [["old1", "old2"]]
+    assert [g["hosts"] for g in parts["all"]["nodes"]] == [["old1", "old2", "old3"]]
+    assert parts["short"]["configuration"] == {"max_duration": "4h"}
+    assert parts["short"]["nodes"][0]["configuration"] == {
+        "cpu": {"cores": 16, "memory": "94000M"}, "gpu": {"count": 2}}
+    assert result.warnings == ()
+    (short, _all) = parse_partitions(OLD_PARTITIONS)
+    assert short.priority_tier == 1 and short.nodes == "old[1-2]"
+
+
+@pytest.mark.parametrize(
+    ("hostlist", "names"),
+    [
+        ("a", ("a",)),
+        ("r01c[01-03],gpu[1,3-4]", ("r01c01", "r01c02", "r01c03", "gpu1", "gpu3", "gpu4")),
+        ("n[8-10]", ("n8", "n9", "n10")),
+        ("n[008-010]", ("n008", "n009", "n010")),
+        ("rack[1-2]n[1-2]-ib", ("rack1n1-ib", "rack1n2-ib", "rack2n1-ib", "rack2n2-ib")),
+        ("a,a,b", ("a", "b")),
+    ],
+)
+def test_expand_hostlist(hostlist: str, names: tuple[str, ...]) -> None:
+    assert expand_hostlist(hostlist) == names
+
+
+@pytest.mark.parametrize("bad", ["n[1-", "n[3-1]", "n[x]", "n]1[", "n[0-99999999]"])
+def test_expand_hostlist_errors(bad: str) -> None:
+    with pytest.raises(ValueError):
+        expand_hostlist(bad)
+    text = OLD_NODE.format(i=1)
+    with pytest.raises(ScontrolFormatError, match=r"parts.txt:1: partition short: Nodes="):
+        convert_text(text, partitions_text=OLD_PARTITIONS.replace("old[1-2]", bad), partitions_source="parts.txt")
+
+
+RESTRICTED = """\
+PartitionName=everything
+   AllowGroups=wheel AllowAccounts=ALL AllowQos=ALL
+   Default=NO QoS=N/A Hidden=YES MaxTime=UNLIMITED Nodes=n[1-3] State=UP
+
+PartitionName=std
+   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL
+   Default=YES Hidden=NO MaxTime=1-00:00:00 Nodes=n[1-3] State=UP
+
+PartitionName=staff
+   AllowGroups=wheel,admin AllowAccounts=ALL AllowQos=ALL Hidden=NO MaxTime=2-00:00:00 Nodes=n1 State=UP
+
+PartitionName=paid
+   AllowGroups=ALL AllowAccounts=proj1,proj2 AllowQos=ALL Hidden=NO MaxTime=3-00:00:00 Nodes=n2 State=UP
+
+PartitionName=nofree
+   AllowGroups=ALL DenyAccounts=free AllowQos=ALL Hidden=NO MaxTime=4-00:00:00 Nodes=n3 State=UP
+
+PartitionName=rootonly
+   AllowGroups=ALL AllowAccounts=ALL Hidden=NO RootOnly=YES MaxTime=UNLIMITED Nodes=n3 State=UP
+"""
+RESTRICTED_NODES = "\n".join(
+    node(f"n{i}", "F", f"everything,std,{p}") for i, p in ((1, "staff"), (2, "paid"), (3, "nofree,rootonly"))
+)
+
+
+def test_partitions_the_user_cannot_use() -> None:
+    everything, std, staff, paid, nofree, rootonly = parse_partitions(RESTRICTED)
+    assert (everything.hidden, everything.allow_groups, staff.allow_groups) == (True, ("wheel",), ("wheel", "admin"))
+    assert (paid.allow_accounts, nofree.deny_accounts, nofree.allow_accounts, rootonly.root_only) == (
+        ("proj1", "proj2"), ("free",), (), True)
+    user = Access(frozenset({"users"}), ("proj2", "free"))
+    assert partition_usability(everything, user).reason == "Hidden=YES (Slurm shows it to administrators only)"
+    assert partition_usability(std, user) == Usability()
+    assert partition_usability(staff, user).reason == "AllowGroups=wheel,admin includes none of your groups (users)"
+    assert partition_usability(paid, user) == Usability(None, ("proj2",))
+    assert partition_usability(nofree, user) == Usability(None, ("proj2",))
+    assert partition_usability(nofree, Access(accounts=("free",))).reason == (
+        "DenyAccounts=free admits none of your accounts (free)")
+    assert partition_usability(rootonly, user).reason == "RootOnly=YES (only root may submit there)"
+    root = Access(frozenset({"root"}), ("proj1",), superuser=True)
+    assert [partition_usability(p, root).reason is None for p in (staff, paid, rootonly, everything)] == [
+        True, True, True, False]
+
+    result = convert_text(RESTRICTED_NODES, partitions_text=RESTRICTED, access=user, partitions_source="parts")
+    parts = yaml.safe_load(result.text)["slurm"][0]["partitions"]
+    assert list(parts) == ["std", "paid", "nofree"]  # scontrol's order, `everything` not first
+    assert parts["paid"]["accounts"] == ["proj2"] and parts["nofree"]["accounts"] == ["proj2"]
+    assert result.warnings == (
+        "parts:1: partition everything left out (--all keeps it): Hidden=YES (Slurm shows it to administrators only)",
+        "parts:9: partition staff left out (--all keeps it): AllowGroups=wheel,admin includes none of your groups (users)",
+        "parts:18: partition rootonly left out (--all keeps it): RootOnly=YES (only root may submit there)",
+    )
+    assert "#   everything: Hidden=YES" in result.text
+    kept = yaml.safe_load(convert_text(RESTRICTED_NODES, partitions_text=RESTRICTED, access=user, keep_all=True).text)
+    assert list(kept["slurm"][0]["partitions"]) == ["std", "paid", "nofree", "everything", "staff", "rootonly"]
+    nobody = Access(frozenset({"users"}), None)
+    names = list(yaml.safe_load(convert_text(RESTRICTED_NODES, partitions_text=RESTRICTED, access=nobody).text)["slurm"][0]["partitions"])
+    assert names == ["std"]  # accounts unknown: restricted partitions are never assumed usable
+    with pytest.raises(ScontrolFormatError, match="no partition of the nodes is usable: everything: Hidden=YES"):
+        convert_text(node("n1", "F", "everything"), partitions_text=RESTRICTED, access=user)
 
 
 # ---------------------------------------------------------------- the command
@@ -400,7 +651,21 @@ def test_cli_partitions_file(tmp_path: Path) -> None:
     proc = run_cli(SANDBOX_NODES.encode(), "--partitions", str(parts), "--id", "sandbox")
     assert proc.returncode == 0, proc.stderr
     assert b"max_duration: 1h" in proc.stdout and b"id: sandbox" in proc.stdout
-    assert proc.stderr.decode().startswith("launchers: warning: partition(s) not in the")
+    assert proc.stderr.decode().splitlines() == [
+        f"launchers: warning: {parts}:10: partition gpu left out (--all keeps it): "
+        "AllowAccounts=research,sandbox and your Slurm accounts are unknown",
+        "launchers: warning: partition long left out (--all keeps it): not in the partitions "
+        "text (hidden, or not visible to the user who ran scontrol)",
+    ]
+    proc = run_cli(SANDBOX_NODES.encode(), "--partitions", str(parts), "--accounts", "sandbox,x")
+    assert proc.returncode == 0, proc.stderr
+    doc = yaml.safe_load(proc.stdout)
+    assert doc["slurm"][0]["partitions"]["gpu"]["accounts"] == ["sandbox"]
+    proc = run_cli(SANDBOX_NODES.encode(), "--partitions", str(parts), "--all")
+    assert list(yaml.safe_load(proc.stdout)["slurm"][0]["partitions"]) == ["debug", "gpu", "long"]
+    assert "kept last (--all)" in proc.stderr.decode()
+    proc = run_cli(SANDBOX_NODES.encode(), "--all")
+    assert proc.returncode == 2 and b"need --partitions FILE" in proc.stderr
     proc = run_cli(SANDBOX_NODES.encode(), "--partitions", str(tmp_path / "missing.txt"))
     assert proc.returncode == 2 and b"missing.txt: cannot read" in proc.stderr
 
@@ -411,7 +676,7 @@ def test_cli_partitions_file(tmp_path: Path) -> None:
         (b"", "no node records found"),
         (b"\n  \n", "no node records found"),
         (b"slurm_load_node error: Unable to contact slurm controller\n", "<stdin>:1: expected a record"),
-        (b"PartitionName=debug MaxTime=1:00:00\n", "<stdin>:1: expected a record starting with NodeName="),
+        (b"PartitionName=debug MaxTime=1:00:00\n", "<stdin>: the text holds `scontrol show partitions` records but no node record"),
         (b"\xff\xfe\x00garbage", "not UTF-8"),
         (node("x").replace("RealMemory=16000", "RealMemory=lots").encode(), "RealMemory='lots'"),
     ],
@@ -423,6 +688,7 @@ def test_cli_unreadable_input(data: bytes, message: str) -> None:
     assert err.startswith("launchers: ") and message in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert proc.stdout == b""
+    assert "(experimaestro 1.5.7's slurm convert " in err  # what the older converter did instead
 
 
 # ---------------------------------------------------------------- properties and speed
@@ -474,3 +740,56 @@ def test_ten_thousand_nodes_convert_and_load() -> None:
 
 def test_errors_are_configuration_errors() -> None:
     assert issubclass(ScontrolFormatError, ConfigurationError)
+
+
+def test_query_slurm_leaves_out_partitions_the_user_cannot_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from launchers.config.model import Partition, SlurmGroup
+    from launchers.slurm import query
+
+    (tmp_path / "nodes.txt").write_text(RESTRICTED_NODES)
+    (tmp_path / "parts.txt").write_text(RESTRICTED)
+    fake = tmp_path / "scontrol"
+    fake.write_text(f'#!/bin/sh\ncase "$2" in nodes) cat {tmp_path}/nodes.txt;; *) cat {tmp_path}/parts.txt;; esac\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(query, "local_access", lambda: Access(frozenset({"admin"}), None, False))
+    group = SlurmGroup(
+        id="x", query_slurm=True, path=str(tmp_path),
+        partitions=(Partition(name="paid", accounts=("proj1", "other")), Partition(name="everything", priority=1),
+                    Partition(name="nofree", accounts=("free",))),
+    )  # fmt: skip
+    with caplog.at_level("INFO", logger="launchers.slurm.query"):
+        refreshed = query.query_group(group)
+    parts = {p.name: p for p in refreshed.partitions}
+    # usable ones in scontrol's order, then the ones the file names although Slurm restricts them
+    assert list(parts) == ["std", "staff", "everything", "paid"]
+    assert parts["paid"].accounts == ("proj1",) and parts["everything"].priority == 1
+    text = caplog.text
+    assert "partition rootonly left out: RootOnly=YES (only root may submit there) (name it in the file to use it)" in text
+    assert "partition nofree left out: the file's accounts (free) are not admitted by Slurm" in text
+    assert [n.hosts for n in parts["std"].nodes] == [("n1", "n2", "n3")]
+
+
+def test_zero_memory_non_gpu_gres_and_byte_order_mark() -> None:
+    zero = node("z", mem=0)
+    other = node("o", gres="tmpdisk:local:200GB,gpu:a100:2")
+    z, o = parse_nodes("\ufeff" + zero + "\n" + other)
+    assert z.memory_mib is None and (o.gpus, o.gpu_types) == (2, ("a100",))
+    (warning,) = convert_text(zero).warnings
+    assert "cannot read the memory of 1 node(s)" in warning
+    with pytest.raises(ScontrolFormatError, match="bad count 'x'"):
+        parse_nodes(node("g", gres="gpu:a:b:x"))
+    assert parse_partitions("\ufeff" + RESTRICTED)[0].name == "everything"
+
+
+def test_partitions_after_the_nodes_on_stdin() -> None:
+    """`(scontrol show nodes; scontrol show partitions) | launchers slurm convert`."""
+    text = RESTRICTED_NODES + "\n" + RESTRICTED
+    user = Access(frozenset({"users"}), ("proj2",))
+    both = convert_text(text, access=user)
+    apart = convert_text(RESTRICTED_NODES, partitions_text=RESTRICTED, access=user)
+    assert both.text == apart.text
+    assert both.warnings[0].startswith(f"<stdin>:{RESTRICTED_NODES.count(chr(10)) + 2}: partition everything left out")
+    with pytest.raises(ScontrolFormatError, match="give them once"):
+        convert_text(text, partitions_text=RESTRICTED)

@@ -256,6 +256,48 @@ slurm:
     assert launcher.options.partition == "gpu"
 
 
+@pytest.mark.ssh
+def test_query_slurm_over_ssh_asks_the_remote_user_for_allow_groups(
+    slurm_cluster: dict[str, str], tmp_path: Any
+) -> None:
+    """A partition with AllowGroups or RootOnly makes query_slurm ask who the remote user is
+    (`id -u`, `id -Gn` over the connector): root may use both; hidden ones stay out."""
+    c = slurm_cluster
+    (tmp_path / "nodes.txt").write_text(
+        "NodeName=n1 CPUTot=4 RealMemory=1000 AvailableFeatures=F Gres=(null) State=IDLE "
+        "Partitions=hidden,wheelonly,rootonly,open\n"
+    )
+    (tmp_path / "parts.txt").write_text(
+        "PartitionName=hidden AllowGroups=ALL AllowAccounts=ALL Hidden=YES MaxTime=UNLIMITED Nodes=n1 State=UP\n"
+        "PartitionName=wheelonly AllowGroups=wheel,nosuchgroup AllowAccounts=ALL Hidden=NO Nodes=n1 State=UP\n"
+        "PartitionName=rootonly AllowGroups=ALL AllowAccounts=ALL RootOnly=YES Nodes=n1 State=UP\n"
+        "PartitionName=open AllowGroups=ALL AllowAccounts=ALL Nodes=n1 State=UP\n"
+    )
+    fake = tmp_path / "scontrol"
+    fake.write_text(f'#!/bin/sh\ncase "$2" in nodes) cat {tmp_path}/nodes.txt;; *) cat {tmp_path}/parts.txt;; esac\n')
+    fake.chmod(0o755)
+    (tmp_path / "launchers.yaml").write_text(f"""\
+connectors:
+  ssh:
+    sandbox:
+      hostname: {c["CLUSTER_SSH_HOST"]}
+      port: {c["CLUSTER_SSH_PORT"]}
+      username: {c["CLUSTER_SSH_USER"]}
+      identity_file: {c["CLUSTER_SSH_KEY"]}
+      known_hosts: {c["CLUSTER_SSH_KNOWN_HOSTS"]}
+slurm:
+  - id: remote
+    connector: sandbox
+    query_slurm: true
+    path: {tmp_path}
+""")
+    query.clear_cache()
+    cfg = load_config(tmp_path / "launchers.yaml")
+    refreshed = query.query_group(cfg.groups[0])  # type: ignore[arg-type]
+    assert c["CLUSTER_SSH_USER"] == "root"  # the sandbox's sshd logs in as root
+    assert [p.name for p in refreshed.partitions] == ["wheelonly", "rootonly", "open"]
+
+
 def test_max_array_size_of_the_real_cluster(slurm_cluster: dict[str, str]) -> None:
     assert max_array_size(scontrol("show", "config")) == 1001
     assert os.environ["SLURM_CONF"] == slurm_cluster["SLURM_CONF"]

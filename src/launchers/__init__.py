@@ -22,7 +22,7 @@ from .errors import (
     SubmissionError,
     TaskError,
 )
-from .language.values import cpu, cuda_gpu, duration
+from .language.values import cpu, cuda_gpu, duration, gpu, mps
 
 __version__ = "0.1.0"
 
@@ -68,5 +68,7 @@ __all__ = [
     "cpu",
     "cuda_gpu",
     "duration",
+    "gpu",
+    "mps",
     *sorted(_LAZY),
 ]

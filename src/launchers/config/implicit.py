@@ -1,11 +1,17 @@
 """The implicit local launcher: this machine's cores, memory and GPUs, used when no
-``launchers.yaml`` exists (finder.md §4). Reading the machine is I/O; parsing is pure."""
+``launchers.yaml`` exists (finder.md §4). Reading the machine is I/O; parsing is pure.
+
+Linux: ``/proc/meminfo`` and ``nvidia-smi``. macOS: ``sysctl hw.memsize``, and on Apple
+silicon one Apple GPU (``kind: mps``) whose memory is the machine's (unified memory).
+"""
 
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
+import sys
 from functools import lru_cache
 
 from launchers.config.model import CPUConfig, LocalGPU, LocalGroup
@@ -38,6 +44,29 @@ def parse_nvidia_smi(text: str) -> tuple[LocalGPU, ...]:
         key = (name, int(mem) * MIB)
         counts[key] = counts.get(key, 0) + 1
     return tuple(LocalGPU(model=n, count=c, memory=m) for (n, m), c in counts.items())
+
+
+def parse_sysctl_int(text: str) -> int | None:
+    """The integer ``sysctl -n NAME`` printed (``hw.memsize``: bytes), ``None`` if unreadable."""
+    value = text.strip()
+    return int(value) if value.isdigit() else None
+
+
+def apple_gpus(machine: str, memory: int | None, brand: str = "") -> tuple[LocalGPU, ...]:
+    """The GPU of a Mac: on Apple silicon (``arm64``), one Apple GPU (``kind: mps``) sharing
+    the machine's ``memory``; none on Intel Macs (their GPUs are not MPS with unified memory)."""
+    if machine != "arm64" or not memory:
+        return ()
+    name = brand.strip() or "Apple silicon"
+    return (LocalGPU(model=f"{name} GPU (MPS)", count=1, memory=memory, kind="mps"),)
+
+
+def _sysctl(name: str) -> str:
+    try:
+        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout if out.returncode == 0 else ""
 
 
 def _cores() -> int:
@@ -75,6 +104,13 @@ def _gpus() -> tuple[LocalGPU, ...]:
 @lru_cache(maxsize=1)
 def implicit_local_group() -> LocalGroup:
     """A local group describing this machine (read once per process), ``implicit=True``."""
+    if sys.platform == "darwin":
+        memory = parse_sysctl_int(_sysctl("hw.memsize"))
+        return LocalGroup(
+            cpu=CPUConfig(cores=_cores(), memory=memory),
+            gpus=apple_gpus(platform.machine(), memory, _sysctl("machdep.cpu.brand_string")),
+            implicit=True,
+        )
     return LocalGroup(
         cpu=CPUConfig(cores=_cores(), memory=_memory()),
         gpus=_gpus(),
@@ -82,4 +118,4 @@ def implicit_local_group() -> LocalGroup:
     )
 
 
-__all__ = ["implicit_local_group", "parse_meminfo", "parse_nvidia_smi"]
+__all__ = ["apple_gpus", "implicit_local_group", "parse_meminfo", "parse_nvidia_smi", "parse_sysctl_int"]

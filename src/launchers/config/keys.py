@@ -61,8 +61,16 @@ _CONFIGURATION_CPU: dict[str, Key] = {
     "cpu_per_gpu": _k("int", "cores Slurm gives per allocated GPU (DefCpuPerGPU)", minimum=0),
 }
 
+#: Kinds of accelerator a host declares; requests: cuda() takes cuda, mps() takes mps, gpu() any.
+GPU_KINDS = ("cuda", "mps", "other")
+_KIND_DOC = (
+    "accelerator kind: cuda (NVIDIA), mps (an Apple GPU, sharing the machine's memory) or "
+    "other (AMD, Intel...: only gpu() asks for it)"
+)
+
 _CONFIGURATION_GPU: dict[str, Key] = {
     "count": _k("int", "GPUs per node", minimum=0),
+    "kind": _k("enum", _KIND_DOC + "; default cuda", choices=GPU_KINDS),
     "memory": _k("size", "memory of one GPU (e.g. 40G)"),
     "model": _k("str", "GPU model name (informative)"),
     "min_memory": _k("size", "smallest GPU memory request this GPU accepts"),
@@ -139,6 +147,7 @@ _LOCAL_CPU: dict[str, Key] = {
 }
 
 _LOCAL_GPU: dict[str, Key] = {
+    "kind": _k("enum", _KIND_DOC, "cuda", choices=GPU_KINDS),
     "model": _k("str", "GPU model name"),
     "count": _k("int", "number of such GPUs", 1, minimum=1),
     "memory": _k("size", "memory of one GPU"),
@@ -323,6 +332,25 @@ SECTIONS: dict[str, dict[str, Key]] = {
     "connectors": _CONNECTORS,
     "tokens_file": _TOKENS_FILE,
     "countertoken": _COUNTERTOKEN,
+}
+
+#: experimaestro 1.5.7's class for each section it read, for messages saying what it did with
+#: a file: every key it did not know made it refuse the whole file ("KEY is not a valid field
+#: for CLASS"). Our keys are a superset of its keys, so an unknown key here was unknown there.
+XPM_CLASSES: dict[str, str] = {
+    "local": "DirectLauncherConfiguration",
+    "local_cpu": "CPU",
+    "local_gpu": "GPU",
+    "slurm": "SlurmConfiguration",
+    "configuration": "SlurmNodeConfiguration",
+    "configuration_cpu": "CPUConfig",
+    "configuration_gpu": "GPUConfig",
+    "partition": "SlurmPartition",
+    "nodes": "SlurmNodes",
+    "qos": "SlurmQOS",
+    "feature": "SlurmFeature",
+    "ssh": "SshConfiguration",
+    "countertoken": "CounterConfiguration",
 }
 
 #: Older spellings still accepted: section -> {alias: key}.

@@ -523,7 +523,9 @@ class _Builder:
                 join(sec.path, "connector"),
                 f"unknown connector {connector!r}: use local or an SSH connector declared "
                 f"under connectors: ssh: or in connectors.yaml (declared: {known})"
-                f"{did_you_mean(connector, ['local', *self.connectors])}",
+                f"{did_you_mean(connector, ['local', *self.connectors])} (experimaestro 1.5.7 "
+                f'loaded the file, then failed with "No connector with identifier {connector}" '
+                "when it chose this group)",
             )
         common: dict[str, Any] = {
             "id": gid,
@@ -599,9 +601,18 @@ class _Builder:
                 count=g.get("count", 1),
                 memory=g.get("memory", 0),
                 min_memory=g.get("min_memory"),
+                kind=g.get("kind", "cuda"),
             )
             for g in sec.get("gpus", [])
         )
+        kinds = {g.kind for g in gpus}
+        if "mps" in kinds and len(kinds) > 1:
+            self.r.problem(
+                sec.at("gpus"),
+                join(sec.path, "gpus"),
+                "an Apple GPU (kind: mps) shares the machine's memory and is its only GPU: "
+                "declare it alone, or describe the other GPUs in another local group",
+            )
         tokens = sec.get("tokens")
         token_items: tuple[tuple[str, int], ...] = ()
         if isinstance(tokens, Sec):
@@ -620,7 +631,9 @@ class _Builder:
                         tokens.locs[name],
                         join(tokens.path, name),
                         f"unknown token {name!r}: declare it under the top-level tokens: or "
-                        f"in tokens.yaml (declared: {known}){did_you_mean(name, self.tokens)}",
+                        f"in tokens.yaml (declared: {known}){did_you_mean(name, self.tokens)} "
+                        f'(experimaestro 1.5.7 loaded the file, then failed with "No token with '
+                        f'identifier {name}" when it chose this group)',
                     )
                 # n > N is refused at submission, not here: N is read at each acquire, so a total
                 # raised in tokens.yaml later takes effect without reloading this file
@@ -701,7 +714,9 @@ class _Builder:
                         p.item_at("qos", i),
                         f"{join(p.path, 'qos')}[{i}]",
                         f"unknown QoS {qname!r}: declare it in the group's qos: mapping "
-                        f"(declared: {known}){did_you_mean(qname, qos)}",
+                        f"(declared: {known}){did_you_mean(qname, qos)} (experimaestro 1.5.7 "
+                        "loaded the file, then failed with an AttributeError at every search "
+                        "reaching this partition)",
                     )
             partitions.append(
                 Partition(

@@ -44,6 +44,7 @@ class CPUConfig:
 @attrs.frozen
 class GPUConfig:
     count: int | None = None
+    kind: str | None = None  # cuda (when not set), mps or other
     memory: int | None = None
     model: str | None = None
     min_memory: int | None = None
@@ -206,6 +207,7 @@ class LocalGPU:
     count: int = 1
     memory: int = 0
     min_memory: int | None = None
+    kind: str = "cuda"  # or mps (an Apple GPU: its memory is the machine's) or other
 
 
 @attrs.frozen

@@ -26,6 +26,7 @@ from launchers.config.keys import (
     REGEX_GROUPS,
     SBATCH_OPTIONS,
     SECTIONS,
+    XPM_CLASSES,
     Key,
 )
 from launchers.config.located import LDict, LList
@@ -150,16 +151,48 @@ class Sec:
         return self.at(key)
 
 
+_XPM_VALUE_KINDS = ("size", "duration", "int")
+_NUMBER_TEXT = re.compile(r"\s*[0-9]+(?:\.[0-9]*)?\s*\Z")
+
+
+def _xpm_unknown_key(section: str, key: str, value: Any) -> str:
+    """What experimaestro 1.5.7 did with an unknown key of this section (" (...)"), or ""."""
+    cls = XPM_CLASSES.get(section)
+    if cls is not None:
+        shown = key if key.isprintable() and '"' not in key else repr(key)
+        return f' (experimaestro 1.5.7 refused the whole file too: "{shown} is not a valid field for {cls}")'
+    if section == "top" and value:
+        return " (experimaestro 1.5.7 could not load such a file either: it failed with an AttributeError)"
+    return ""
+
+
+def _xpm_value_note(kind: str, raw: Any) -> str:
+    """What experimaestro 1.5.7 did with this value of a size, duration or integer key."""
+    if kind in ("size", "duration"):
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return 'experimaestro 1.5.7 refused the whole file too: "expected string or bytes-like object"'
+        if isinstance(raw, str) and _NUMBER_TEXT.match(raw):
+            unit = "bytes" if kind == "size" else "seconds"
+            return f"experimaestro 1.5.7 read it as {raw.strip()} {unit}"
+    elif kind == "int" and isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+        return f"experimaestro 1.5.7 converted it to {int(raw)}"
+    return ""
+
+
 class Reader:
     """Collects problems while converting a located document, section by section."""
 
     def __init__(self, file: str | None) -> None:
         self.file = file
         self.problems: list[ConfigurationError] = []
+        #: what experimaestro 1.5.7 did with the value being converted, added to its problems
+        self.note = ""
 
     # -- problems -------------------------------------------------------------------------
     def problem(self, where: Loc | Position, key: str, message: str) -> Bad:
         pos = where.position if isinstance(where, Loc) else where
+        if self.note:
+            message = f"{message} ({self.note})"
         self.problems.append(
             ConfigurationError(
                 message,
@@ -224,7 +257,7 @@ class Reader:
                     hint = did_you_mean(raw_key, list(table))
                     if hint:
                         suggested.add(hint.split("'")[1])
-                    self.problem(kpos, kpath, f"{what}{hint}")
+                    self.problem(kpos, kpath, f"{what}{hint}{_xpm_unknown_key(name, raw_key, raw)}")
                     continue
                 if key in seen:
                     self.problem(
@@ -247,7 +280,12 @@ class Reader:
                 if spec.required:
                     self.problem(vloc, kpath, f"{key!r} needs a value")
                 continue
-            converted = getattr(self, _METHODS[spec.kind])(spec, raw, kpath, vloc)
+            if name in XPM_CLASSES and spec.kind in _XPM_VALUE_KINDS:
+                self.note = _xpm_value_note(spec.kind, raw)
+            try:
+                converted = getattr(self, _METHODS[spec.kind])(spec, raw, kpath, vloc)
+            finally:
+                self.note = ""
             if converted is not BAD:
                 sec.values[key] = converted
                 if raw.__class__ is LList:

@@ -15,7 +15,7 @@ import attrs
 from ..language.values import HostRequirement
 from .explain import Explanation
 from .hosts import Candidate, GroupIndex, Host, HostRow, node_group_text
-from .match import Reason, assign_gpus, fit, problems
+from .match import Reason, assign_gpus, fit, gpu_total, kind_bits, problems
 
 #: A soundness step: (what, partition index, node group index); what is one of
 #: ``drop_partition``, ``drop_clauses``, ``exclude``, ``unsound``.
@@ -268,17 +268,16 @@ def needed_cores(rows: tuple[HostRow, ...], alt: HostRequirement) -> tuple[int, 
     want, memory = cpu.cores, cpu.memory
     gpus = alt.cuda_gpus
     n = len(gpus)
-    low_req = high_req = 0
-    requests: list[int] = []
+    low_req = high_req = need = total = 0
     if n:
-        requests = [g.memory for g in gpus]
-        nonzero = [r for r in requests if r]
+        nonzero = [g.memory for g in gpus if g.memory]
         if nonzero:
             low_req, high_req = min(nonzero), max(nonzero)
+        need, total = kind_bits(gpus), gpu_total(gpus)
     out: list[int] = []
     append = out.append
-    for maxd, min_gpu, hcores, hmem, mem_per_cpu, cpu_per_gpu, as_cores, nslots, low, high, uniform, slots in rows:
-        if (maxd and duration > maxd) or n < min_gpu or (hmem and memory > hmem):
+    for maxd, min_gpu, hcores, hmem, mem_per_cpu, cpu_per_gpu, as_cores, nslots, low, high, uniform, slots, refused, unified in rows:
+        if (maxd and duration > maxd) or n < min_gpu or (hmem and memory + (total if unified else 0) > hmem):
             append(-1)
             continue
         cores = want
@@ -299,10 +298,10 @@ def needed_cores(rows: tuple[HostRow, ...], alt: HostRequirement) -> tuple[int, 
                 append(-1)
                 continue
             if uniform:
-                if high_req and (low_req < low or high_req > high):
+                if (need & refused) or (high_req and (low_req < low or high_req > high)):
                     append(-1)
                     continue
-            elif not assign_gpus(requests, slots):
+            elif not assign_gpus(gpus, slots):
                 append(-1)
                 continue
         append(cores)
@@ -320,18 +319,21 @@ def choice(
         needed = needed_cores(index.rows, alt)
     else:
         gpus = alt.cuda_gpus
-        low_req = high_req = 0
-        requests: list[int] = []
-        if gpus:
-            requests = [g.memory for g in gpus]
-            if 0 in requests:
-                nonzero = [r for r in requests if r]
-                if nonzero:
-                    low_req, high_req = min(nonzero), max(nonzero)
-            else:
-                low_req, high_req = min(requests), max(requests)
         cpu = alt.cpu
-        needed = matcher(alt.duration, len(gpus), cpu.cores, cpu.memory, low_req, high_req, requests)
+        if gpus:
+            low_req = high_req = need = total = 0
+            for g in gpus:
+                r = g.memory
+                need |= g.bit
+                total += r
+                if r:
+                    if not low_req or r < low_req:
+                        low_req = r
+                    if r > high_req:
+                        high_req = r
+            needed = matcher(alt.duration, len(gpus), cpu.cores, cpu.memory, low_req, high_req, gpus, need, total)
+        else:
+            needed = matcher(alt.duration, 0, cpu.cores, cpu.memory, 0, 0, gpus)
     key = (needed, single_partition)
     memo = index.by_needed
     found = memo.get(key, _MISSING)

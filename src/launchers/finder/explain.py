@@ -55,6 +55,17 @@ def reason_text(reason: Reason) -> str:
         return f"GPU memory {_size(v[0])} < {_size(v[1])} requested"
     if code == "gpu_min_memory":
         return f"GPU min_memory {_size(v[0])} > {_size(v[1])} requested"
+    if code == "gpu_kind":
+        names = {"cuda": "CUDA", "mps": "Apple (mps)", "other": "other"}
+        kinds: tuple[str, ...] = v[0]  # type: ignore[assignment]
+        have = " and ".join(names.get(k, k) for k in kinds)
+        return f"{have} GPUs here, {v[1]}() requested"
+    if code == "unified_memory":
+        cpu, gpus = int(v[1]), int(v[2])  # type: ignore[call-overload]
+        return (
+            f"memory {_size(v[0])} < {_size(cpu + gpus)} requested: {_size(cpu)} for the CPU "
+            f"and {_size(gpus)} for the Apple GPU, which shares the machine's memory"
+        )
     if code == "gpu_assign":
         return f"the {v[0]} GPU requests cannot be assigned to distinct GPUs among {v[1]}"
     if code == "duration":

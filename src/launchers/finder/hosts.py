@@ -27,13 +27,19 @@ from ..config.model import (
 )
 from ..errors import ConfigurationError
 
+#: A host GPU's kind as a bit, compared with the requests' (``language.values.KIND_BITS``:
+#: cuda 1, mps 2, gpu() 0 = any): a slot of bit B accepts a request of bit b when b is 0 or B.
+SLOT_BITS = {"cuda": 1, "mps": 2, "other": 4}
+
 
 @attrs.frozen
 class GPUSlot:
-    """One host GPU: memory in bytes (0 = unknown) and the smallest request it accepts."""
+    """One host GPU: memory in bytes (0 = unknown), the smallest request it accepts, and its
+    kind (``cuda``, ``mps`` an Apple GPU sharing the host's memory, ``other``)."""
 
     memory: int = 0
     min_memory: int = 0
+    kind: str = "cuda"
 
 
 @attrs.frozen
@@ -55,10 +61,13 @@ class Host:
 
     #: the one GPU kind when all GPUs are alike (the common case), else None; derived
     uniform_gpu: GPUSlot | None = attrs.field(init=False, eq=False, repr=False)
+    #: every GPU is an Apple GPU: GPU requests take the host's memory too; derived
+    unified: bool = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         kinds = set(self.gpus)
         object.__setattr__(self, "uniform_gpu", next(iter(kinds)) if len(kinds) == 1 else None)
+        object.__setattr__(self, "unified", bool(kinds) and all(g.kind == "mps" for g in kinds))
 
 
 IMPLICIT_NODE_GROUP = NodeGroup()
@@ -141,8 +150,9 @@ class GroupIndex:
 
 
 #: (max_duration, min_gpu, cores, memory, mem_per_cpu, cpu_per_gpu, memory_as_cores,
-#: GPU count, uniform GPU min memory, uniform GPU memory, uniform?, GPU slots)
-HostRow = tuple[int, int, int, int, int, int, bool, int, int, int, bool, tuple[GPUSlot, ...]]
+#: GPU count, uniform GPU min memory, uniform GPU memory, uniform?, GPU slots,
+#: kind bits a uniform GPU refuses, unified memory?)
+HostRow = tuple[int, int, int, int, int, int, bool, int, int, int, bool, tuple[GPUSlot, ...], int, bool]
 
 
 #: Groups with more distinct hosts than this use the row loop (compiling would cost more).
@@ -151,17 +161,18 @@ MAX_COMPILED = 256
 
 def _host_expression(i: int, row: HostRow) -> str:
     """``fit`` for one host row as a Python expression with the host's numbers inlined."""
-    maxd, min_gpu, hcores, hmem, mem_per_cpu, cpu_per_gpu, as_cores, nslots, low, high, uniform, _ = row
+    maxd, min_gpu, hcores, hmem, mem_per_cpu, cpu_per_gpu, as_cores, nslots, low, high, uniform, _, refused, unified = row
     conds: list[str] = []
     if maxd:
         conds.append(f"duration <= {int(maxd)}")
     if min_gpu:
         conds.append(f"n >= {int(min_gpu)}")
     if hmem:
-        conds.append(f"memory <= {int(hmem)}")
+        conds.append(f"memory + gpu_total <= {int(hmem)}" if unified else f"memory <= {int(hmem)}")
     conds.append(f"n <= {int(nslots)}")
     if nslots:
         if uniform:
+            conds.append(f"not need & {int(refused)}")
             conds.append(f"(not high_req or ({int(low)} <= low_req and high_req <= {int(high)}))")
         else:
             conds.append(f"(not n or assign(requests, SLOTS[{i}]))")
@@ -181,12 +192,14 @@ def _host_expression(i: int, row: HostRow) -> str:
 
 def compile_matcher(rows: tuple[HostRow, ...]) -> Callable[..., tuple[int, ...]]:
     """One function computing ``fit`` on every host at once, the host numbers inlined:
-    ``f(duration, n, want, memory, low_req, high_req, requests) -> cores or -1 per host``."""
+    ``f(duration, n, want, memory, low_req, high_req, requests, need, gpu_total) -> cores or
+    -1 per host``; ``need`` is the OR of the requests' kind bits, ``gpu_total`` the sum of
+    their memory (taken from the host's memory on Apple GPUs)."""
     from .match import assign_gpus
 
     items = "".join(f"\n        {_host_expression(i, row)}," for i, row in enumerate(rows))
     source = (
-        "def matcher(duration, n, want, memory, low_req, high_req, requests):\n"
+        "def matcher(duration, n, want, memory, low_req, high_req, requests, need=0, gpu_total=0):\n"
         f"    return ({items}\n    )\n"
     )
     namespace: dict[str, Any] = {"assign": assign_gpus, "SLOTS": tuple(r[11] for r in rows)}
@@ -201,7 +214,7 @@ def host_row(host: Host) -> HostRow:
         host.max_duration, host.min_gpu, host.cores, host.memory, host.mem_per_cpu,
         host.cpu_per_gpu, host.memory_as_cores, len(host.gpus),
         one.min_memory if one is not None else 0, one.memory if one is not None else 0,
-        one is not None, host.gpus,
+        one is not None, host.gpus, 7 & ~SLOT_BITS[one.kind] if one is not None else 0, host.unified,
     )  # fmt: skip
 
 
@@ -247,7 +260,7 @@ def gpu_slots(cfg: GPUConfig) -> tuple[GPUSlot, ...]:
     floor = cfg.min_memory or 0
     if cfg.min_mem_ratio is not None and memory:
         floor = max(floor, math.ceil(cfg.min_mem_ratio * memory))
-    return (GPUSlot(memory=memory, min_memory=floor),) * count
+    return (GPUSlot(memory=memory, min_memory=floor, kind=cfg.kind or "cuda"),) * count
 
 
 def _duration_limit(partition_limit: int, qos: QoS | None) -> int:
@@ -282,7 +295,7 @@ def local_host(group: LocalGroup) -> Host:
     """The host a local group describes (no duration limit)."""
     gpus: list[GPUSlot] = []
     for gpu in group.gpus:
-        gpus.extend([GPUSlot(memory=gpu.memory, min_memory=gpu.min_memory or 0)] * gpu.count)
+        gpus.extend([GPUSlot(memory=gpu.memory, min_memory=gpu.min_memory or 0, kind=gpu.kind)] * gpu.count)
     return Host(
         cores=group.cpu.cores or 0,
         memory=group.cpu.memory or 0,

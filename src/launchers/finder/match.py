@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from ..language.values import HostRequirement
-from .hosts import GPUSlot, Host
+from ..language.values import GPURequest, HostRequirement
+from .hosts import SLOT_BITS, GPUSlot, Host
 
 
 @attrs.frozen
@@ -28,14 +28,38 @@ class Reason:
         return reason_text(self)
 
 
-def accepts(slot: GPUSlot, request: int) -> bool:
-    """A host GPU accepts a request: ``min_memory <= request <= memory``; 0 asks for any GPU."""
-    if request == 0:
+def accepts(slot: GPUSlot, request: GPURequest | int) -> bool:
+    """A host GPU accepts a request of its kind (``gpu()`` asks for any kind) when
+    ``min_memory <= memory asked <= memory``; 0 asks for any memory. A bare number is the
+    memory of a ``gpu(...)`` request."""
+    if isinstance(request, int):
+        memory = request
+    else:
+        if request.bit and request.bit != SLOT_BITS[slot.kind]:
+            return False
+        memory = request.memory
+    if memory == 0:
         return True
-    return slot.min_memory <= request <= slot.memory
+    return slot.min_memory <= memory <= slot.memory
 
 
-def assign_gpus(requests: Sequence[int], slots: Sequence[GPUSlot]) -> bool:
+def kind_bits(gpus: Sequence[GPURequest]) -> int:
+    """The OR of the requests' kind bits: 0 when every request takes any kind (``gpu()``)."""
+    need = 0
+    for g in gpus:
+        need |= g.bit
+    return need
+
+
+def gpu_total(gpus: Sequence[GPURequest]) -> int:
+    """The memory the GPU requests ask for in all, which an Apple GPU takes from its host."""
+    total = 0
+    for g in gpus:
+        total += g.memory
+    return total
+
+
+def assign_gpus(requests: Sequence[GPURequest | int], slots: Sequence[GPUSlot]) -> bool:
     """Whether every request can go to a distinct slot that accepts it (bipartite matching).
 
     The answer never depends on the order of either list."""
@@ -62,18 +86,23 @@ def assign_gpus(requests: Sequence[int], slots: Sequence[GPUSlot]) -> bool:
     return all(augment(r, [False] * len(slots)) for r in range(len(requests)))
 
 
-def _gpu_reasons(requests: Sequence[int], slots: Sequence[GPUSlot]) -> list[Reason]:
+def _gpu_reasons(requests: Sequence[GPURequest], slots: Sequence[GPUSlot]) -> list[Reason]:
     out: list[Reason] = []
     if len(requests) > len(slots):
         out.append(Reason("gpu_count", (len(slots), len(requests))))
-    for r in sorted(set(requests), reverse=True):
-        if not slots or any(accepts(s, r) for s in slots):
+    for req in sorted(set(requests), key=lambda g: (-g.memory, g.kind)):
+        if not slots or any(accepts(s, req) for s in slots):
             continue
-        biggest = max(s.memory for s in slots)
+        kinds = [s for s in slots if accepts(s, GPURequest(0, req.kind))]
+        if not kinds:
+            out.append(Reason("gpu_kind", (tuple(dict.fromkeys(s.kind for s in slots)), req.kind)))
+            break
+        r = req.memory
+        biggest = max(s.memory for s in kinds)
         if r > biggest:
             out.append(Reason("gpu_memory", (biggest, r)))
         else:
-            floor = min(s.min_memory for s in slots if s.memory >= r)
+            floor = min(s.min_memory for s in kinds if s.memory >= r)
             out.append(Reason("gpu_min_memory", (floor, r)))
         break
     if not out:
@@ -125,8 +154,12 @@ def problems(alt: HostRequirement, host: Host, first_only: bool = True) -> tuple
         out.append(Reason("memory", (host.memory, alt.cpu.memory)))
         if first_only:
             return tuple(out), cores
+    elif host.memory and host.unified and alt.cpu.memory + gpu_total(alt.cuda_gpus) > host.memory:
+        out.append(Reason("unified_memory", (host.memory, alt.cpu.memory, gpu_total(alt.cuda_gpus))))
+        if first_only:
+            return tuple(out), cores
     if ngpus:
-        requests = [g.memory for g in alt.cuda_gpus]
+        requests = alt.cuda_gpus
         if not assign_gpus(requests, host.gpus):
             out.extend(_gpu_reasons(requests, host.gpus))
     return tuple(out), cores
@@ -151,7 +184,7 @@ def fit(alt: HostRequirement, host: Host) -> int:
         cores = max(cores, -(-memory // host.mem_per_cpu))
     if host.cores and cores > host.cores:
         return -1
-    if host.memory and memory > host.memory:
+    if host.memory and memory + (gpu_total(gpus) if host.unified else 0) > host.memory:
         return -1
     if n:
         slots = host.gpus
@@ -159,12 +192,14 @@ def fit(alt: HostRequirement, host: Host) -> int:
             return -1
         one = host.uniform_gpu
         if one is not None:
+            if kind_bits(gpus) & ~SLOT_BITS[one.kind]:
+                return -1
             low, high = one.min_memory, one.memory
             for g in gpus:
                 r = g.memory
                 if r and not low <= r <= high:
                     return -1
-        elif not assign_gpus([g.memory for g in gpus], slots):
+        elif not assign_gpus(gpus, slots):
             return -1
     return cores
 

@@ -428,7 +428,8 @@ def _canonical(alt: HostRequirement) -> Any:
         return alt
     cpu = alt.cpu
     gpus = alt.cuda_gpus
-    return (alt.duration, cpu.memory, cpu.cores, tuple([g.memory for g in gpus]) if gpus else ())
+    # memory and kind bit (< 4) of each GPU request in one integer
+    return (alt.duration, cpu.memory, cpu.cores, tuple([(g.memory << 2) | g.bit for g in gpus]) if gpus else ())
 
 
 def _search_quietly(

@@ -40,8 +40,10 @@ MAX_ALTERNATIVES = 4096
 
 _GRAMMAR = Path(__file__).with_name("grammar.lark")
 
-_ATOMS = "duration=..., cuda(...) or cpu(...)"
-_KEYS = {"cuda": ("mem",), "cpu": ("mem", "cores")}
+_ATOMS = "duration=..., cuda(...), gpu(...), mps(...) or cpu(...)"
+_KEYS = {"cuda": ("mem",), "gpu": ("mem",), "mps": ("mem",), "cpu": ("mem", "cores")}
+#: the atoms asking for one accelerator (their name is the request's kind)
+_GPU_ATOMS = ("cuda", "gpu", "mps")
 _SIZE_EXAMPLE = "a size such as 24G"
 _DURATION_EXAMPLE = "a duration such as 4h"
 _AT_MOST_GPUS = (f"at most {MAX_GPUS} GPUs in one alternative",)
@@ -196,7 +198,7 @@ class _Build(Transformer[Token, RequirementUnion]):
             raise _Fail(f"*{count}: at most {MAX_GPUS} GPUs in one alternative", count,
                         (f"a count of at most {MAX_GPUS}",))  # fmt: skip
         if not _gpus_only(value):
-            raise _Fail(REPEAT_NEEDS_GPUS, star, ("'*' only after cuda(...)",))
+            raise _Fail(REPEAT_NEEDS_GPUS, star, ("'*' only after cuda(...), gpu(...) or mps(...)",))
         result: Requirement = value * n
         return result
 
@@ -244,8 +246,8 @@ class _Build(Transformer[Token, RequirementUnion]):
                 memory = _size(key, parts)
             else:
                 cores = _cores(key, parts)
-        if name == "cuda":
-            return HostRequirement(cuda_gpus=(GPURequest(memory),))
+        if name in _GPU_ATOMS:
+            return HostRequirement(cuda_gpus=(GPURequest(memory, str(name)),))
         return HostRequirement(cpu=CPURequest(memory, cores))
 
 
@@ -265,15 +267,15 @@ def _cores(key: Token, parts: list[Any]) -> int:
 
 def _unknown_atom(name: str) -> str:
     hint = ""
-    if name.lower() in ("duration", "cuda", "cpu"):
+    if name.lower() in ("duration", "cpu", *_GPU_ATOMS):
         hint = f" (keywords are lower case: {name.lower()})"
-    elif name.lower() in ("gpu", "gpus"):
-        hint = " (GPUs are requested with cuda(...))"
+    elif name.lower() in ("gpus", "cudas", "accelerator", "mps_gpu", "cuda_gpu"):
+        hint = " (one GPU is gpu(...), any kind; cuda(...), a CUDA one; mps(...), an Apple one; *N repeats it)"
     return f"unknown requirement {str(name)!r}; expected {_ATOMS}{hint}"
 
 
 def _atom_names() -> tuple[str, ...]:
-    return ("'duration='", "'cuda('", "'cpu('")
+    return ("'duration='", "'cuda('", "'gpu('", "'mps('", "'cpu('")
 
 
 # --- fast path ---------------------------------------------------------------------------
@@ -290,7 +292,7 @@ _ARG = rf"(mem|cores)\s*=\s*({_NUM})\s*([A-Za-z_]+)?"
 _FAST_ATOM = re.compile(
     rf"""\s*(?:
         duration\s*=\s*({_NUM}\s*[A-Za-z_]+(?:\s*{_NUM}\s*[A-Za-z_]+)*)  # duration
-      | (cuda|cpu)\s*\(\s*(?:{_ARG}\s*(?:,\s*{_ARG}\s*)?)?\)  # call with at most two arguments
+      | (cuda|gpu|mps|cpu)\s*\(\s*(?:{_ARG}\s*(?:,\s*{_ARG}\s*)?)?\)  # call with at most two arguments
         (?:\s*\*\s*([0-9]+))?  # count
     )\s*([&|]|\Z)  # separator""",
     re.X,
@@ -309,7 +311,7 @@ def _fast_value(fn: str, key: str, number: str, unit: str | None) -> int | None:
         if factor is None:
             return None
         return int(number) * factor if "." not in number else math.ceil(Fraction(number) * factor)
-    if fn == "cuda" or unit or "." in number:
+    if fn != "cpu" or unit or "." in number:
         return None
     n = int(number)
     return n if n >= 1 else None
@@ -359,14 +361,15 @@ def _fast_parse(text: str) -> RequirementUnion | None:
                         mem = value
                     else:
                         ncores = value
-            if fn == "cuda":
+            if fn != "cpu":
+                request = GPURequest(mem) if fn == "cuda" else GPURequest(mem, fn)
                 if n is None:
-                    gpus.append(GPURequest(mem))
+                    gpus.append(request)
                 else:
                     count = int(n)
                     if not 1 <= count <= MAX_GPUS:
                         return None
-                    gpus.extend((GPURequest(mem),) * count)
+                    gpus.extend((request,) * count)
             elif n is not None:
                 return None
             else:

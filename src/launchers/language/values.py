@@ -30,14 +30,28 @@ class CPURequest:
         return f"cpu({', '.join(args)})"
 
 
+#: What kind of accelerator a request asks for (its atom's name): ``cuda`` an NVIDIA CUDA GPU,
+#: ``mps`` an Apple GPU (Metal), ``gpu`` any accelerator a host declares.
+GPU_KINDS = ("cuda", "mps", "gpu")
+#: A request's kind as a bit the finder compares with the host GPUs' (``gpu`` = 0: any).
+KIND_BITS = {"cuda": 1, "mps": 2, "gpu": 0}
+
+
 @attrs.frozen
 class GPURequest:
-    """One GPU: memory in bytes, 0 meaning any GPU."""
+    """One GPU: memory in bytes (0 meaning any memory) and kind (one of ``GPU_KINDS``:
+    ``cuda``, ``mps``, or ``gpu`` for any accelerator)."""
 
     memory: int = 0
+    kind: str = "cuda"
+
+    @property
+    def bit(self) -> int:
+        """``KIND_BITS[kind]``, what the finder compares with the host GPUs' kinds."""
+        return KIND_BITS[self.kind]
 
     def __str__(self) -> str:
-        return f"cuda(mem={_size_text(self.memory)})" if self.memory else "cuda()"
+        return f"{self.kind}(mem={_size_text(self.memory)})" if self.memory else f"{self.kind}()"
 
 
 def _size_text(nbytes: int) -> str:
@@ -80,7 +94,8 @@ def _gpu_tuple(gpus: Iterable[GPURequest]) -> tuple[GPURequest, ...]:
 
 @attrs.frozen
 class HostRequirement:
-    """One alternative: duration (seconds, 0 = unspecified), CPU request, GPU requests."""
+    """One alternative: duration (seconds, 0 = unspecified), CPU request, GPU requests
+    (``cuda_gpus`` holds every accelerator request, whatever its ``kind``)."""
 
     duration: int = 0
     cpu: CPURequest = CPURequest()
@@ -127,7 +142,7 @@ class HostRequirement:
             parts.append(f"duration={format_duration(self.duration)}")
         if self.cpu != CPURequest():
             parts.append(str(self.cpu))
-        # group identical consecutive GPUs as cuda(...)*N
+        # group identical consecutive GPUs as cuda(...)*N (gpu(...)*N, mps(...)*N)
         i = 0
         gpus = self.cuda_gpus
         while i < len(gpus):
@@ -200,8 +215,8 @@ Requirement = HostRequirement | RequirementUnion
 
 #: The error of ``*N`` after something other than GPUs (the parser's, and Python's ``*``).
 REPEAT_NEEDS_GPUS = (
-    "'*N' repeats GPUs: it must follow cuda(...) (or a parenthesized group of "
-    "cuda(...) requests), not duration=... or cpu(...)"
+    "'*N' repeats GPUs: it must follow cuda(...), gpu(...) or mps(...) (or a parenthesized "
+    "group of such requests), not duration=... or cpu(...)"
 )
 _NO_CPU = CPURequest()
 
@@ -257,8 +272,19 @@ def cpu(mem: str | int | None = None, cores: int = 1) -> HostRequirement:
 
 
 def cuda_gpu(mem: str | int | None = None) -> HostRequirement:
-    """One CUDA GPU with at least ``mem`` of memory (any GPU when ``None``)."""
+    """One CUDA GPU with at least ``mem`` of memory (any CUDA GPU when ``None``)."""
     return HostRequirement(cuda_gpus=(GPURequest(memory=_size_arg(mem, "cuda(mem=...)")),))
+
+
+def gpu(mem: str | int | None = None) -> HostRequirement:
+    """One accelerator of any kind (CUDA, Apple, other) with at least ``mem`` of memory."""
+    return HostRequirement(cuda_gpus=(GPURequest(memory=_size_arg(mem, "gpu(mem=...)"), kind="gpu"),))
+
+
+def mps(mem: str | int | None = None) -> HostRequirement:
+    """One Apple GPU (Metal Performance Shaders) with at least ``mem`` of memory; its memory
+    is the machine's, so it counts against the machine's memory too."""
+    return HostRequirement(cuda_gpus=(GPURequest(memory=_size_arg(mem, "mps(mem=...)"), kind="mps"),))
 
 
 def duration(spec: str | int | float) -> HostRequirement:

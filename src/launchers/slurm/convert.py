@@ -1,9 +1,10 @@
 """``scontrol show nodes`` records -> partitions and node groups -> ``launchers.yaml`` text.
 
-Pure: grouping (:func:`group_nodes`) is shared by ``launchers slurm convert`` (YAML text) and
-``query_slurm: true`` (model values, see :mod:`launchers.slurm.query`). Each node's features
-and partitions are its own; nodes with the same features, CPUTot, RealMemory and GPU count
-form one node group per partition.
+Pure: grouping (:func:`group_nodes`), the checks of what was read (:func:`node_warnings`) and
+the choice of partitions (:func:`choose_partitions`) are shared by ``launchers slurm convert``
+(YAML text) and ``query_slurm: true`` (model values, see :mod:`launchers.slurm.query`). Each
+node's features and partitions are its own; nodes with the same features, usable cores, usable
+memory and GPU count form one node group per partition.
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ import attrs
 import yaml
 
 from .scontrol import (
+    Access,
     ScontrolFormatError,
     SlurmNode,
     SlurmPartition,
+    Usability,
     cluster_name,
     parse_nodes,
     parse_partitions,
+    partition_usability,
+    with_partitions,
 )
 
 
@@ -53,7 +58,7 @@ def group_nodes(nodes: Iterable[SlurmNode]) -> dict[str, list[NodeGroupSpec]]:
     table: dict[str, dict[tuple[Any, ...], tuple[SlurmNode, list[str]]]] = {}
     for node in nodes:
         key = (frozenset(node.features), node.cpus, node.memory_mib, node.gpus)
-        for part in node.partitions:
+        for part in node.partitions or ():
             groups = table.setdefault(part, {})
             entry = groups.get(key)
             if entry is None:
@@ -98,15 +103,110 @@ def duration_text(seconds: int) -> str:
     return f"{seconds}s"
 
 
+def _shown(names: Sequence[str], limit: int = 10) -> str:
+    return ", ".join(names[:limit]) + (f" ... ({len(names)} in all)" if len(names) > limit else "")
+
+
+def _at(source: str, nodes: Sequence[SlurmNode]) -> str:
+    lines = ", ".join(str(n.line) for n in nodes[:5]) + (" ..." if len(nodes) > 5 else "")
+    return f"{source}:{lines}"
+
+
+def node_warnings(nodes: Sequence[SlurmNode], source: str = "<stdin>") -> list[str]:
+    """What the user must know about the nodes read: no partition, memory or cores that
+    cannot be read (never silently unconstrained), Slurm's default ``RealMemory=1``."""
+    out = []
+    # Slurm >= 17.02 prints Partitions= only for nodes in some partition: a record without
+    # it is in none, unless no record has it (Slurm < 17.02 never prints it)
+    listed = any(n.partitions is not None for n in nodes)
+    unlisted = [] if listed else list(nodes)
+    if unlisted:
+        out.append(
+            f"{_at(source, unlisted)}: no node record has Partitions= (Slurm before 17.02 "
+            "does not print it): give `scontrol show partitions` output (--partitions FILE) "
+            f"so that each node gets the partitions whose Nodes= list it: {_shown([n.name for n in unlisted])}"
+        )
+    orphans = [n for n in nodes if not n.partitions and listed]
+    if orphans:
+        out.append(f"{len(orphans)} node(s) in no partition left out: {_shown([n.name for n in orphans])}")
+    no_memory = [n for n in nodes if n.memory_mib is None and n.partitions]
+    if no_memory:
+        out.append(
+            f"{_at(source, no_memory)}: RealMemory: cannot read the memory of "
+            f"{len(no_memory)} node(s) (no RealMemory= above 0, no mem= in CfgTRES=); their node groups "
+            f"declare no memory, so cpu(mem=...) does not limit them: {_shown([n.name for n in no_memory])}"
+        )
+    no_cpus = [n for n in nodes if n.cpus is None and n.partitions]
+    if no_cpus:
+        out.append(
+            f"{_at(source, no_cpus)}: CPUTot: cannot read the cores of {len(no_cpus)} node(s) "
+            "(no CPUTot= above 0, no cpu= in CfgTRES=); "
+            f"their node groups declare no cores: {_shown([n.name for n in no_cpus])}"
+        )
+    tiny = [n for n in nodes if n.real_memory_mib == 1 and n.partitions]
+    if tiny:
+        out.append(
+            f"{_at(source, tiny)}: RealMemory=1 (Slurm's default when slurm.conf does not set "
+            f"it) on {len(tiny)} node(s): Slurm gives jobs that ask for memory none of them: "
+            f"{_shown([n.name for n in tiny])}"
+        )
+    odd = [n for n in nodes if (n.cpus is not None and n.cpus <= 0) or (n.memory_mib is not None and n.memory_mib <= 0)]
+    if odd:
+        out.append(
+            f"{_at(source, odd)}: node(s) whose core or memory specialization (CoreSpecCount, "
+            f"CPUSpecList, MemSpecLimit) leaves nothing for jobs: {_shown([n.name for n in odd])}"
+        )
+    return out
+
+
+@attrs.frozen
+class PartitionChoice:
+    """One partition the nodes name: kept or left out, and why (from ``choose_partitions``)."""
+
+    name: str
+    info: SlurmPartition | None
+    usability: Usability
+
+    @property
+    def reason(self) -> str | None:
+        return self.usability.reason
+
+
+def choose_partitions(
+    names: Sequence[str],
+    slurm_partitions: Sequence[SlurmPartition],
+    access: Access,
+) -> tuple[list[PartitionChoice], list[PartitionChoice]]:
+    """``(usable, not usable)`` partitions among ``names`` (those of the nodes), each list in
+    ``scontrol show partitions`` order: hidden ones, ones whose ``AllowGroups`` /
+    ``AllowAccounts`` / ``DenyAccounts`` / ``RootOnly`` exclude ``access``, and ones the
+    partitions text does not list (hidden from the user who ran it) are not usable."""
+    infos = {p.name: p for p in slurm_partitions}
+    order = {p.name: i for i, p in enumerate(slurm_partitions)}
+    usable: list[PartitionChoice] = []
+    unusable: list[PartitionChoice] = []
+    for name in sorted(names, key=lambda n: order.get(n, len(order))):
+        info = infos.get(name)
+        if info is None:
+            verdict = Usability("not in the partitions text (hidden, or not visible to the user who ran scontrol)")
+        else:
+            verdict = partition_usability(info, access)
+        (usable if verdict.reason is None else unusable).append(PartitionChoice(name, info, verdict))
+    return usable, unusable
+
+
 def _partition_entry(
-    specs: list[NodeGroupSpec], no_hosts: bool, info: SlurmPartition | None
+    specs: list[NodeGroupSpec], no_hosts: bool, choice: PartitionChoice | None
 ) -> dict[str, Any]:
     entry: dict[str, Any] = {}
+    info = choice.info if choice is not None else None
     if info is not None:
         if info.max_time is not None:
             entry["configuration"] = {"max_duration": duration_text(info.max_time)}
         if info.state.upper() != "UP":
             entry["disabled"] = True
+    if choice is not None and choice.usability.accounts:
+        entry["accounts"] = list(choice.usability.accounts)
     entry["nodes"] = [
         {
             "hosts": [] if no_hosts else list(spec.hosts),
@@ -122,23 +222,20 @@ def build_document(
     partitions: dict[str, list[NodeGroupSpec]],
     group_id: str,
     no_hosts: bool = False,
-    slurm_partitions: Sequence[SlurmPartition] | None = None,
+    choices: Sequence[PartitionChoice] | None = None,
 ) -> dict[str, Any]:
     """The ``launchers.yaml`` mapping with one ``slurm`` group (plain dicts and lists).
 
-    With ``slurm_partitions`` (``scontrol show partitions``), partitions follow scontrol's
-    order and carry ``max_duration`` (MaxTime) and ``disabled`` (State not UP)."""
+    With ``choices`` (from ``scontrol show partitions``), only those partitions are written,
+    in that order, with ``max_duration`` (MaxTime), ``disabled`` (State not UP) and the
+    ``accounts`` to use where the partition restricts them."""
     group: dict[str, Any] = {"id": group_id}
     if no_hosts:
         group["use_hosts"] = False
-    infos = {p.name: p for p in slurm_partitions or ()}
-    names = list(partitions)
-    if slurm_partitions is not None:
-        order = {p.name: i for i, p in enumerate(slurm_partitions)}
-        names.sort(key=lambda n: order.get(n, len(order)))
-    group["partitions"] = {
-        name: _partition_entry(partitions[name], no_hosts, infos.get(name)) for name in names
-    }
+    if choices is None:
+        group["partitions"] = {name: _partition_entry(specs, no_hosts, None) for name, specs in partitions.items()}
+    else:
+        group["partitions"] = {c.name: _partition_entry(partitions[c.name], no_hosts, c) for c in choices}
     return {"slurm": [group]}
 
 
@@ -155,11 +252,21 @@ def dump_yaml(document: dict[str, Any]) -> str:
 
 
 _HEADER = """\
-# launchers.yaml generated by `launchers slurm convert{hosts}` from `scontrol show nodes`{parts}
+# launchers.yaml generated by `launchers slurm convert{flags}` from `scontrol show nodes`{parts}
 # ({nodes} nodes, {partitions} partitions, {groups} node groups).
+# Cores and memory are what jobs can get: CPUEfctv (else CPUTot less CoreSpecCount or
+# CPUSpecList) and RealMemory less MemSpecLimit.
 # scontrol does not tell how much memory a GPU has: add `features_regex` (named groups
 # cuda_count and cuda_memory) or a `features:` mapping so that cuda(mem=...) can match.
 """
+_NO_PARTITIONS_NOTE = """\
+# Without --partitions (`scontrol show partitions`), hidden partitions and partitions whose
+# AllowGroups/AllowAccounts exclude you cannot be told apart: check the partitions below.
+"""
+
+
+def _comment(text: str) -> str:
+    return "".join(f"# {line}\n" for line in text.splitlines())
 
 
 def convert_nodes(
@@ -168,52 +275,108 @@ def convert_nodes(
     no_hosts: bool = False,
     group_id: str | None = None,
     slurm_partitions: Sequence[SlurmPartition] | None = None,
+    access: Access | None = None,
+    keep_all: bool = False,
+    source: str = "<stdin>",
+    partitions_source: str = "<partitions>",
 ) -> Conversion:
     """Convert parsed nodes (and optionally partitions) into ``launchers.yaml`` text with one
-    ``slurm:`` group."""
+    ``slurm:`` group. With partitions, the ones ``access`` cannot use are left out (listed in
+    the warnings and the header) unless ``keep_all``, which keeps them after the others."""
     if not nodes:
         raise ScontrolFormatError(
-            "no node records found; expected the output of `scontrol show nodes`", file="<stdin>"
+            "no node records found; expected the output of `scontrol show nodes` "
+            "(experimaestro 1.5.7's slurm convert wrote a group without partitions)",
+            file=source,
         )
-    warnings = []
-    orphans = [n.name for n in nodes if not n.partitions]
-    if orphans:
-        shown = ", ".join(orphans[:10]) + (" ..." if len(orphans) > 10 else "")
-        warnings.append(f"{len(orphans)} node(s) in no partition left out: {shown}")
+    if slurm_partitions is not None:
+        nodes = with_partitions(nodes, slurm_partitions, partitions_source)
+    warnings = node_warnings(nodes, source)
     partitions = group_nodes(nodes)
     if not partitions:
+        if all(n.partitions is None for n in nodes):
+            raise ScontrolFormatError(
+                "no node record has Partitions=: no node is in a partition, or the text comes "
+                "from Slurm before 17.02, which does not print it; give `scontrol show "
+                "partitions` output with --partitions FILE to place the nodes (experimaestro "
+                "1.5.7's slurm convert wrote a group without partitions)",
+                file=source,
+            )
         raise ScontrolFormatError(
-            "no node belongs to a partition (every record lacks Partitions=); nothing to convert",
-            file="<stdin>",
+            "no node belongs to a partition (every record lacks Partitions=); nothing to convert "
+            "(experimaestro 1.5.7's slurm convert wrote a group without partitions)",
+            file=source,
         )
     clusters = {n.cluster for n in nodes if n.cluster}
     if group_id is None:
         if len(clusters) > 1:
             raise ScontrolFormatError(
                 f"the text lists nodes of several clusters ({', '.join(sorted(clusters))}); "
-                "convert one cluster at a time (scontrol -M NAME show nodes)",
-                file="<stdin>",
+                "convert one cluster at a time (scontrol -M NAME show nodes) (experimaestro "
+                "1.5.7's slurm convert merged them into one group)",
+                file=source,
             )
         group_id = next(iter(clusters)) if clusters else "slurm"
+    choices: list[PartitionChoice] | None = None
+    notes = ""
+    if slurm_partitions is not None:
+        usable, unusable = choose_partitions(list(partitions), slurm_partitions, access or Access())
+        for c in unusable:
+            where = f"{partitions_source}:{c.info.line}: " if c.info is not None else ""
+            what = "kept last (--all)" if keep_all else "left out (--all keeps it)"
+            warnings.append(f"{where}partition {c.name} {what}: {c.reason}")
+        choices = usable + unusable if keep_all else usable
+        if unusable:
+            head = "kept last by --all, though you may not be able to use them:" if keep_all else (
+                "left out (you may not be able to use them; --all keeps them):"
+            )
+            notes = _comment(head + "\n" + "\n".join(f"  {c.name}: {c.reason}" for c in unusable))
+        if not choices:
+            raise ScontrolFormatError(
+                "no partition of the nodes is usable: "
+                + "; ".join(f"{c.name}: {c.reason}" for c in unusable)
+                + " (--all keeps them)",
+                file=partitions_source,
+            )
+        partitions = {c.name: partitions[c.name] for c in choices}
     n_groups = sum(len(v) for v in partitions.values())
+    flags = (" --no-hosts" if no_hosts else "") + (" --all" if keep_all and slurm_partitions is not None else "")
     header = _HEADER.format(
-        hosts=" --no-hosts" if no_hosts else "",
+        flags=flags,
         parts="" if slurm_partitions is None else " and `scontrol show partitions`",
         nodes=len(nodes),
         partitions=len(partitions),
         groups=n_groups,
     )
-    if slurm_partitions is not None:
-        known = {p.name for p in slurm_partitions}
-        unknown = [name for name in partitions if name not in known]
-        if unknown:
-            warnings.append(
-                "partition(s) not in the partitions text (hidden?), kept without a time limit: "
-                + ", ".join(unknown)
-            )
-    document = build_document(partitions, group_id, no_hosts, slurm_partitions)
+    if slurm_partitions is None:
+        header += _NO_PARTITIONS_NOTE
+    header += notes
+    document = build_document(partitions, group_id, no_hosts, choices)
     text = header + dump_yaml(document)
     return Conversion(text, len(nodes), len(partitions), n_groups, tuple(warnings))
+
+
+def split_partition_records(text: str) -> tuple[str, str | None]:
+    """``(nodes text, partitions text or None)`` of one text holding both outputs
+    (``scontrol show nodes; scontrol show partitions``): a record that starts with
+    ``PartitionName=`` runs to the next ``NodeName=`` line. Each text keeps the other's lines
+    as blank lines, so that line numbers stay those of the input."""
+    if "PartitionName=" not in text:
+        return text, None
+    nodes: list[str] = []
+    parts: list[str] = []
+    in_partition = False
+    for line in text.split("\n"):
+        head = line.lstrip()
+        if head.startswith("PartitionName="):
+            in_partition = True
+        elif head.startswith(("NodeName=", "CLUSTER:")):
+            in_partition = False
+        (parts if in_partition else nodes).append(line)
+        (nodes if in_partition else parts).append("")
+    if not any(p.strip() for p in parts):
+        return text, None
+    return "\n".join(nodes), "\n".join(parts)
 
 
 def convert_text(
@@ -224,10 +387,29 @@ def convert_text(
     source: str = "<stdin>",
     partitions_text: str | None = None,
     partitions_source: str = "<partitions>",
+    access: Access | None = None,
+    keep_all: bool = False,
 ) -> Conversion:
-    """Convert ``scontrol show nodes`` text (and optionally ``scontrol show partitions`` text);
-    the group id defaults to the cluster named in the text, else ``slurm``."""
+    """Convert ``scontrol show nodes`` text (and optionally ``scontrol show partitions`` text,
+    given apart or following the nodes in ``text``); the group id defaults to the cluster named
+    in the text, else ``slurm``."""
+    text, inline = split_partition_records(text)
+    if inline is not None:
+        if partitions_text is not None:
+            raise ScontrolFormatError(
+                f"the text holds `scontrol show partitions` records and {partitions_source} "
+                "gives them too: give them once",
+                file=source,
+            )
+        partitions_text, partitions_source = inline, source
     nodes = parse_nodes(text, source)
+    if inline is not None and not nodes:
+        raise ScontrolFormatError(
+            "the text holds `scontrol show partitions` records but no node record: give "
+            "`scontrol show nodes` on stdin, the partitions after it or with --partitions FILE "
+            "(experimaestro 1.5.7's slurm convert wrote a group without partitions)",
+            file=source,
+        )
     slurm_partitions = None
     if partitions_text is not None:
         slurm_partitions = parse_partitions(partitions_text, partitions_source)
@@ -240,5 +422,12 @@ def convert_text(
         # `scontrol -M` headers give each node its cluster; else look for ClusterName= lines
         group_id = cluster_name(text)
     return convert_nodes(
-        nodes, no_hosts=no_hosts, group_id=group_id, slurm_partitions=slurm_partitions
+        nodes,
+        no_hosts=no_hosts,
+        group_id=group_id,
+        slurm_partitions=slurm_partitions,
+        access=access,
+        keep_all=keep_all,
+        source=source,
+        partitions_source=partitions_source,
     )

@@ -1,13 +1,16 @@
 """``query_slurm: true``: rebuild a slurm group's partitions from the live ``scontrol`` output.
 
 :func:`refresh_group` runs ``scontrol show nodes`` and ``scontrol show partitions`` (through the
-group's ``path`` when set; locally, or over the group's SSH connector), groups nodes as ``launchers slurm convert`` does, takes each
-partition's ``MaxTime`` as its ``max_duration``, and keeps what the file says about the group
-and about the partitions it names. Results are cached for :data:`CACHE_SECONDS`.
+group's ``path`` when set; locally, or over the group's SSH connector), groups nodes as
+``launchers slurm convert`` does, takes each partition's ``MaxTime`` as its ``max_duration``,
+leaves out the partitions the user may not use unless the file names them, and keeps what the
+file says about the group and about the partitions it names. Results are cached for
+:data:`CACHE_SECONDS`.
 """
 
 from __future__ import annotations
 
+import grp
 import logging
 import os
 import subprocess
@@ -27,8 +30,15 @@ from ..config.model import (
 )
 from ..errors import ConfigurationError
 from ..units import MIB
-from .convert import NodeGroupSpec, group_nodes
-from .scontrol import SlurmPartition, parse_nodes, parse_partitions
+from .convert import NodeGroupSpec, choose_partitions, group_nodes, node_warnings
+from .scontrol import (
+    Access,
+    SlurmPartition,
+    parse_nodes,
+    parse_partitions,
+    partition_usability,
+    with_partitions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +97,7 @@ def _run_local(group: SlurmGroup, command: list[str], shown: str) -> str:
 
 
 def _run_remote(group: SlurmGroup, command: list[str], shown: str) -> str:
-    """Run scontrol through the group's SSH connector (declared in the group's own file)."""
+    """Run scontrol (or ``id``) through the group's SSH connector (declared in the group's own file)."""
     from ..config.loader import load_config
     from ..connectors.registry import get_connector
     from ..errors import LaunchersError
@@ -104,9 +114,10 @@ def _run_remote(group: SlurmGroup, command: list[str], shown: str) -> str:
     except LaunchersError as e:
         raise ConfigurationError(f"{_where(group)}: `{shown}` over {group.connector!r}: {e}") from None
     if result.returncode == 127:
-        where = f" in {group.path}" if group.path else " on the remote PATH"
+        program = os.path.basename(command[0])
+        where = f" in {group.path}" if group.path and program == "scontrol" else " on the remote PATH"
         raise ConfigurationError(
-            f"{_where(group)}: query_slurm needs scontrol, which is not found{where} "
+            f"{_where(group)}: query_slurm needs {program}, which is not found{where} "
             f"(connector {group.connector!r})"
         )
     if result.returncode != 0:
@@ -156,27 +167,56 @@ def build_partitions(
     group: SlurmGroup,
     slurm_partitions: Sequence[SlurmPartition],
     node_groups: Mapping[str, Sequence[NodeGroupSpec]],
+    access: Access | None = None,
 ) -> tuple[Partition, ...]:
     """Partitions in scontrol's order: node groups from the nodes, ``max_duration`` from
-    MaxTime (the smaller one if the file sets one too), the file's other partition keys kept."""
+    MaxTime (the smaller one if the file sets one too), the file's other partition keys kept.
+
+    A partition ``access`` may not use (hidden, AllowGroups, AllowAccounts, DenyAccounts,
+    RootOnly: ``scontrol.partition_usability``) is left out unless the file names it; a named
+    one comes after the others, and keeps only the accounts of the file that it admits (none:
+    left out). Each is logged once per refresh, with the reason."""
+    access = access or Access()
     from_file = {p.name: p for p in group.partitions}
-    out = []
-    for sp in slurm_partitions:
+    usable, unusable = choose_partitions([sp.name for sp in slurm_partitions], slurm_partitions, access)
+    out: list[Partition] = []
+    later: list[Partition] = []
+    for choice in [*usable, *unusable]:
+        sp = choice.info
+        assert sp is not None  # every name comes from slurm_partitions
+        mine = from_file.get(sp.name)
+        target = out
+        if choice.reason is not None:
+            if mine is None:
+                log.info("%s: partition %s left out: %s (name it in the file to use it)", _where(group), sp.name, choice.reason)
+                continue
+            target = later
+            if mine.accounts and (sp.allow_accounts or sp.deny_accounts):
+                admitted = partition_usability(sp, attrs.evolve(access, accounts=mine.accounts)).accounts
+                if not admitted:
+                    log.warning(
+                        "%s: partition %s left out: the file's accounts (%s) are not admitted by Slurm (%s)",
+                        _where(group), sp.name, ", ".join(mine.accounts), choice.reason,
+                    )  # fmt: skip
+                    continue
+                mine = attrs.evolve(mine, accounts=admitted)
         specs = node_groups.get(sp.name, ())
         nodes = tuple(_node_group(s) for s in specs)
-        mine = from_file.get(sp.name)
         configuration = ResourceConfig(max_duration=sp.max_time)
         not_up = sp.state.upper() != "UP"
         if mine is None:
-            out.append(
-                Partition(name=sp.name, nodes=nodes, configuration=configuration, disabled=not_up)
-            )
+            target.append(
+                Partition(
+                    name=sp.name, nodes=nodes, configuration=configuration, disabled=not_up,
+                    accounts=choice.usability.accounts,
+                )
+            )  # fmt: skip
             continue
         merged = configuration.merged(mine.configuration)
         merged = attrs.evolve(
             merged, max_duration=_min(sp.max_time, mine.configuration.max_duration)
         )
-        out.append(
+        target.append(
             attrs.evolve(
                 mine, nodes=nodes, configuration=merged, disabled=mine.disabled or not_up
             )
@@ -189,7 +229,37 @@ def build_partitions(
             _where(group),
             ", ".join(missing),
         )
-    return tuple(out)
+    return tuple(out + later)
+
+
+def local_access(groups: Sequence[str] | None = None, accounts: Sequence[str] | None = None) -> Access:
+    """The user of this process: its Unix groups (or ``groups``), root or not, ``accounts``."""
+    if groups is None:
+        names = set()
+        for gid in {*os.getgroups(), os.getegid()}:
+            try:
+                names.add(grp.getgrgid(gid).gr_name)
+            except KeyError:
+                names.add(str(gid))
+        return Access(frozenset(names), None if accounts is None else tuple(accounts), os.geteuid() == 0)
+    return Access(frozenset(groups), None if accounts is None else tuple(accounts), False)
+
+
+def _remote_access(group: SlurmGroup) -> Access:
+    """The groups of the user the group's SSH connector logs in as (``id -u``, ``id -Gn``)."""
+    uid = _run_remote(group, ["id", "-u"], "id -u").strip()
+    names = _run_remote(group, ["id", "-Gn"], "id -Gn").split()
+    return Access(frozenset(names), None, uid == "0")
+
+
+def _access(group: SlurmGroup, slurm_partitions: Sequence[SlurmPartition]) -> Access:
+    """Who submits, asked only when a partition restricts groups or root (``AllowGroups``,
+    ``RootOnly``): the local user, or the remote one over the group's connector."""
+    if not any(p.allow_groups or p.root_only for p in slurm_partitions):
+        return Access()
+    if group.connector == "local":
+        return local_access()
+    return _remote_access(group)
 
 
 def query_group(group: SlurmGroup) -> SlurmGroup:
@@ -197,11 +267,14 @@ def query_group(group: SlurmGroup) -> SlurmGroup:
     nodes_text = run_scontrol(group, ["show", "nodes"])
     parts_text = run_scontrol(group, ["show", "partitions"])
     try:
-        nodes = parse_nodes(nodes_text, "scontrol show nodes")
         slurm_partitions = parse_partitions(parts_text, "scontrol show partitions")
+        nodes = with_partitions(parse_nodes(nodes_text, "scontrol show nodes"), slurm_partitions)
     except ConfigurationError as e:
         raise ConfigurationError(f"{_where(group)}: cannot read scontrol's answer: {e}") from None
-    partitions = build_partitions(group, slurm_partitions, group_nodes(nodes))
+    for warning in node_warnings(nodes, "scontrol show nodes"):
+        log.warning("%s: %s", _where(group), warning)
+    access = _access(group, slurm_partitions)
+    partitions = build_partitions(group, slurm_partitions, group_nodes(nodes), access)
     return attrs.evolve(group, partitions=partitions, query_slurm=False)
 
 
