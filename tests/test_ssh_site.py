@@ -59,10 +59,11 @@ def test_resources_become_the_sbatch_options_of_the_other_sites(tmp_path: Path,
     monkeypatch.setenv("MANTIK_COMPUTE_BUDGET_ACCOUNT", "budget")
     cfg = write(tmp_path / "c.yaml", "SSH: {Hostname: h}\nResources: {Queue: q, Runtime: 90m, Nodes: 1, "
                 "CPUsPerNode: 4, GPUsPerNode: 2, MemoryPerNode: 1000MB, Reservation: r, QoS: high, TotalCPUs: 8}\n")
+    # TotalCPUs with CPUsPerNode: TotalCPUs one-CPU tasks, at most CPUsPerNode per node (as UNICORE)
     args = to_launcher(load_backend_config(cfg)).sbatch_args()
     assert sorted(args) == sorted([
-        "--partition=q", "--time=0-01:30:00", "--nodes=1", "--ntasks=8", "--ntasks-per-node=1",
-        "--cpus-per-task=4", "--gpus-per-node=2", "--mem=954M", "--reservation=r", "--qos=high",
+        "--partition=q", "--time=0-01:30:00", "--nodes=1", "--ntasks=8", "--ntasks-per-node=4",
+        "--gpus-per-node=2", "--mem=954M", "--reservation=r", "--qos=high",
         "--account=budget"])
 
 
