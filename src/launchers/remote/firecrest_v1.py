@@ -75,6 +75,11 @@ class FirecrestV1Executor(FirecrestExecutor):
     def _upload_one(self, client: Any, directory: str, filename: str, data: bytes) -> None:
         client.simple_upload(self.site.machine, io.BytesIO(data), directory, filename=filename)
 
+    def _remove_stale(self, path: str) -> None:
+        """v1 overwrites a previous attempt's file with an empty upload (its upload takes one)."""
+        d, name = posixpath.split(path)
+        self._call(f"upload of {name}", lambda c: self._upload_one(c, d, name, b""))
+
     def _submit_script(self, run_dir: str, script: str) -> str:
         # a POST that creates a task is not repeated: a lost answer could mean a submitted job
         result = self._call("firecREST submit", lambda c: c.submit(self.site.machine, script_str=script), tries=1)
