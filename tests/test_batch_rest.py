@@ -70,7 +70,9 @@ def unicore_site(server: UnicoreServer) -> tuple[UnicoreLauncher, Path]:
 
 
 def firecrest_site(server: FirecrestServer) -> tuple[FirecrestLauncher, Path]:
-    """A firecREST launcher and ``<workdir>/batch`` on the system's file system."""
+    """A firecREST launcher and ``<workdir>/batch`` on the system's file system, whose
+    ``max_ops_file_size`` is 1 MiB: firecREST refuses a read without an explicit size then."""
+    server.max_ops_file_size = 1024 * 1024
     site = FirecrestSite(api_url=server.api_url, token_url=server.token_url, machine=server.machine)
     launcher = FirecrestLauncher(group=FirecrestGroup(id="fc", site=site, position=Position("launchers.yaml", 1)),
                                  options=OPTIONS)

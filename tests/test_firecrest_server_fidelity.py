@@ -138,19 +138,22 @@ def test_ls_hidden_recursive_and_entry_fields(firecrest_server: FirecrestServer,
 # -- ops/download ----------------------------------------------------------------------------------
 
 
-def test_download_above_max_ops_is_413(firecrest_server: FirecrestServer, fc: Any, tmp_path: Path) -> None:
+def test_download_is_limited_by_its_base64_output(firecrest_server: FirecrestServer, fc: Any, tmp_path: Path) -> None:
+    """``ops/download`` runs ``base64 --wrap=0`` over SSH, whose output may not reach
+    ``max_ops_file_size`` bytes: a file of 3/4 of the limit already gets 413."""
     from firecrest.FirecrestException import FirecrestException
 
     firecrest_server.max_ops_file_size = 1024
     big, small = home(firecrest_server) / "big.bin", home(firecrest_server) / "small.bin"
-    big.write_bytes(b"b" * 5000)
-    small.write_bytes(b"s" * 1024)
+    big.write_bytes(b"b" * 768)  # 1024 bytes of base64
+    small.write_bytes((bytes(range(256)) * 3)[:765])  # every byte value; 1020 bytes of base64
     with pytest.raises(FirecrestException) as e:
         fc.download("cluster", str(big), tmp_path / "big.bin")
     assert status_code(e.value) == 413
+    assert e.value.responses[-1].json()["message"] == "Command output exceeded buffer limit."  # type: ignore[attr-defined]
     assert not (tmp_path / "big.bin").exists() or (tmp_path / "big.bin").stat().st_size == 0
     fc.download("cluster", str(small), tmp_path / "small.bin")
-    assert (tmp_path / "small.bin").read_bytes() == b"s" * 1024
+    assert (tmp_path / "small.bin").read_bytes() == small.read_bytes()  # binary, byte for byte
 
 
 # -- submit ------------------------------------------------------------------------------------------
@@ -176,10 +179,10 @@ def test_submit_accepts_both_script_path_spellings(firecrest_server: FirecrestSe
     assert resp.status_code == 201, resp.text
     assert resp.json()["jobId"] in firecrest_server.jobs
     assert str(d) in wait_for(d / "out.txt")
-    # a script path that does not exist is a validation error, not a job
+    # a script path that does not exist: sbatch refuses it, firecREST answers 500 with its words
     resp = fc._post_request(endpoint="/compute/cluster/jobs",
                             json_data={"job": {key: str(d / "nope.sh"), wd_key: str(d)}})
-    assert resp.status_code == 400
+    assert resp.status_code == 500 and "Unable to open file" in resp.json()["message"]
 
 
 # -- staged uploads: the server side, driven by pyfirecrest's upload() ------------------------------
@@ -334,3 +337,221 @@ def test_failed_staged_upload_cancels_its_transfer_job(firecrest_server: Firecre
         time.sleep(0.5)
     else:
         raise AssertionError(f"transfer job {jid} was not cancelled: {row}")
+
+
+# -- what the real server does where our client meets it (docs/remote-sites.md, firecREST section) -----
+
+
+def test_empty_upload_never_ends_408_after_the_command_timeout(firecrest_server: FirecrestServer, fc: Any) -> None:
+    """firecREST writes an upload's content to ``base64 -d`` and closes its input only when there
+    is some: an empty file waits for input until the command timeout, then 408 (file created)."""
+    server = firecrest_server
+    server.command_timeout = 1.0
+    d = home(server)
+    t0 = time.monotonic()
+    resp = fc._post_request(endpoint="/filesystem/cluster/ops/upload", params={"path": str(d)},
+                            files={"file": ("empty.txt", b"")})
+    assert resp.status_code == 408 and resp.json()["message"] == "Command execution timeout limit exceeded."
+    assert time.monotonic() - t0 >= 0.8  # the command timeout (firecREST counts from before the channel opens)
+    assert (d / "empty.txt").read_bytes() == b""
+    resp = fc._post_request(endpoint="/filesystem/cluster/ops/upload", params={"path": str(d)},
+                            files={"file": ("one.txt", b"x")})
+    assert resp.status_code == 204 and (d / "one.txt").read_bytes() == b"x"
+
+
+def test_view_slices_characters_and_replaces_invalid_utf8(firecrest_server: FirecrestServer, fc: Any) -> None:
+    """``ops/view`` dd's whole blocks, decodes them with replacement, then slices characters."""
+    server = firecrest_server
+    f = home(server) / "accents.txt"
+    f.write_text("éééééééééé")  # 20 bytes
+
+    def view(offset: int, size: int | None = None) -> Any:
+        params: dict[str, Any] = {"path": str(f), "offset": offset}
+        if size is not None:
+            params["size"] = size
+        return fc._get_request(endpoint="/filesystem/cluster/ops/view", params=params)
+
+    assert view(4, 4).json()["output"] == "éééé"  # bytes 4..12 decoded, 4 characters: not bytes 4..8
+    f.write_text("aéé")  # 5 bytes
+    assert view(1, 1).json()["output"] == "é"  # size 1, yet 2 bytes: one character
+    assert view(2, 2).json()["output"] == "\ufffdé"  # block 1 starts inside the first é
+    f.write_bytes(b"ok \xff\xfe end")
+    assert view(0, 100).json()["output"] == "ok \ufffd\ufffd end"
+    # without ``size`` firecREST reads 5 MiB: refused by a system with a smaller limit
+    server.max_ops_file_size = 1024 * 1024
+    resp = view(0)
+    assert resp.status_code == 400 and "`size` value must be less than 1048576 bytes" in resp.json()["message"]
+    # two blocks of ``size`` must fit the SSH output buffer (max_ops_file_size)
+    f.write_bytes(b"a" * (1024 * 1024))
+    assert view(0, 600 * 1024).status_code == 413
+    assert len(view(0, 500 * 1024).json()["output"]) == 500 * 1024
+
+
+def test_tail_is_decoded_with_replacement(firecrest_server: FirecrestServer, fc: Any) -> None:
+    f = home(firecrest_server) / "bin.txt"
+    f.write_bytes(b"caf\xc3\xa9 \xff!")
+    out = fc.tail("cluster", str(f), num_bytes=4, exclude_beginning=True)
+    assert out["content"] == "\xe9 \ufffd!"  # from byte 4 (1-based): the é, then a replaced byte
+
+
+def test_quote_in_a_path_is_a_shell_error_500(firecrest_server: FirecrestServer, fc: Any) -> None:
+    """Paths sit between single quotes in firecREST's commands: a ``'`` breaks them."""
+    d = home(firecrest_server)
+    resp = fc._post_request(endpoint="/filesystem/cluster/ops/upload", params={"path": str(d)},
+                            files={"file": ("it's.txt", b"data")})
+    assert resp.status_code == 500
+    assert resp.json()["message"].startswith("Remote process failed with exit status:2 and error message:bash:")
+    (d / "it's.txt").write_text("x")
+    resp = fc._get_request(endpoint="/filesystem/cluster/ops/stat", params={"path": str(d / "it's.txt")})
+    assert resp.status_code == 500
+
+
+@pytest.mark.parametrize("version", ["2.5.6", "2.6.0"])
+def test_app_version_gates_the_name_filter(firecrest_server: FirecrestServer, fc: Any, version: str) -> None:
+    """``f7t-appversion`` is 2.5.6 (as released) unless set; pyfirecrest refuses ``name`` below
+    2.6.0, and a 2.5.6 server ignores it (every job of the user comes back)."""
+    from firecrest.FirecrestException import NotImplementedOnAPIversion
+
+    server = firecrest_server
+    server.app_version = version
+    assert FirecrestServer(home(server) / "x", {}).app_version == "2.5.6"
+    d = home(server)
+    names = [f"fidelity-{version}-{os.getpid()}-{time.time_ns()}-{n}" for n in "ab"]
+    ids = [fc.submit("cluster", working_dir=str(d), script_str=f"#!/bin/bash\n#SBATCH --job-name={n}\ntrue\n")["jobId"]
+           for n in names]
+    assert fc._get_request(endpoint="/status/systems").headers["f7t-appversion"] == version
+    if version == "2.5.6":
+        with pytest.raises(NotImplementedOnAPIversion):
+            fc.job_info("cluster", name=names[0])
+        resp = fc._get_request(endpoint="/compute/cluster/jobs", params={"name": names[0]})
+        listed = {j["jobId"] for j in resp.json()["jobs"]}
+        assert set(ids) <= listed
+    else:
+        rows = fc.job_info("cluster", name=names[0])
+        assert [r["jobId"] for r in rows] == [ids[0]]
+
+
+@pytest.mark.parametrize(("version", "query", "since"), [("2.5.6", {}, "now-7days"), ("2.6.0", {}, "now-24hours"),
+                                                          ("2.6.0", {"time_window": "1h"}, "now-1hour")])
+def test_jobs_list_every_job_of_the_user_in_a_window(firecrest_server: FirecrestServer, fc: Any, version: str,
+                                                    query: dict[str, str], since: str) -> None:
+    """``GET jobs`` is sacct over a window (7 days on 2.5.6, 24 h or ``time_window`` later) plus
+    squeue, for the Unix user: a job submitted without firecREST is listed too."""
+    from servers.common import run_slurm
+
+    server = firecrest_server
+    server.app_version = version
+    # running: a job that just ended may be in neither squeue nor (yet) sacct for a moment
+    r = run_slurm(["sbatch", "--parsable", "--job-name=outside-firecrest", "-o", "/dev/null", "--wrap", "sleep 30"])
+    outside = r.stdout.strip().split(";")[0]
+    try:
+        resp = fc._get_request(endpoint="/compute/cluster/jobs", params=query)
+        assert outside in {j["jobId"] for j in resp.json()["jobs"]}
+        sacct = [c for c in server.slurm_calls if c[0] == "sacct"][-1]
+        assert f"--starttime={since}" in sacct
+    finally:
+        run_slurm(["scancel", outside])
+
+
+def test_pending_job_record_has_null_codes_and_no_tasks(firecrest_server: FirecrestServer, fc: Any) -> None:
+    """A PENDING job comes from squeue: exit code and signal null, ``tasks: []``."""
+    d = home(firecrest_server)
+    jid = fc.submit("cluster", working_dir=str(d),
+                    script_str="#!/bin/bash\n#SBATCH --partition=gpu\n#SBATCH --gres=gpu:a100:1\n#SBATCH --time=90\n"
+                               "true\n")["jobId"]
+    try:
+        (row,) = fc.job_info("cluster", jid)
+        assert row["status"]["state"] == "PENDING"
+        assert row["status"]["exitCode"] is None and row["status"]["interruptSignal"] is None
+        assert row["tasks"] == []
+        assert row["time"]["limit"] == 90 * 60  # seconds, as firecREST converts squeue's 1:30:00
+    finally:
+        fc.cancel_job("cluster", jid)
+
+
+def test_finished_job_record_has_its_steps_as_tasks(firecrest_server: FirecrestServer, fc: Any) -> None:
+    d = home(firecrest_server)
+    jid = fc.submit("cluster", working_dir=str(d), script_str="#!/bin/bash\n#SBATCH --time=2\nexit 3\n")["jobId"]
+    deadline = time.monotonic() + 30
+    while True:
+        (row,) = fc.job_info("cluster", jid)
+        if row["status"]["state"] == "FAILED" and row["tasks"]:
+            break
+        assert time.monotonic() < deadline, row
+        time.sleep(0.3)
+    assert row["status"]["exitCode"] == 3 and row["status"]["interruptSignal"] == 0
+    assert isinstance(row["time"]["start"], int) and isinstance(row["time"]["end"], int)
+    assert any(t["id"] == f"{jid}.batch" and t["status"]["exitCode"] == 3 for t in row["tasks"])
+
+
+def test_cancel_of_an_unknown_or_finished_job_is_500_with_exit_status_0(firecrest_server: FirecrestServer,
+                                                                      fc: Any) -> None:
+    """``scancel --verbose`` exits 0 but prints an error: firecREST answers 500, never 404."""
+    resp = fc._delete_request(endpoint="/compute/cluster/jobs/99999999")
+    assert resp.status_code == 500
+    message = resp.json()["message"]
+    assert message.startswith("Unexpected Slurm command response. exit_status:0 std_err:")
+    assert "Invalid job id specified" in message
+
+
+def test_invalid_account_is_500(firecrest_server: FirecrestServer, fc: Any) -> None:
+    """Only accounting/QOS limits (``QOSMax...Limit``, ``AssocMax...Limit``) are 403."""
+    resp = fc._post_request(endpoint="/compute/cluster/jobs", json_data={"job": {
+        "working_directory": str(home(firecrest_server)), "script": "#!/bin/bash\n#SBATCH --account=nosuch\ntrue\n"}})
+    assert resp.status_code == 500
+    assert resp.json()["message"].startswith("Unexpected Slurm command response. exit_status:1 std_err:sbatch: error:")
+    assert "Invalid account" in resp.json()["message"]
+
+
+def test_slow_sbatch_answers_408_and_submits_all_the_same(firecrest_server: FirecrestServer, fc: Any) -> None:
+    server = firecrest_server
+    server.command_timeout, server.slow_sbatch = 1.0, 2.0
+    resp = fc._post_request(endpoint="/compute/cluster/jobs", json_data={"job": {
+        "working_directory": str(home(server)), "script": "#!/bin/bash\n#SBATCH --job-name=late-one\ntrue\n"}})
+    assert resp.status_code == 408
+    deadline = time.monotonic() + 20
+    while not server.jobs:
+        assert time.monotonic() < deadline, "the late sbatch never submitted"
+        time.sleep(0.2)
+
+
+def test_ssh_outage_500_then_503_until_a_health_check_sees_it_back(firecrest_server: FirecrestServer,
+                                                                  fc: Any) -> None:
+    """A refused SSH connection is 500 (the OSError); once a health check failed, 503 for every
+    request needing SSH, until the first check after SSH is back (every ``health_interval``)."""
+    server = firecrest_server
+    server.health_interval = None  # checks only when asked
+    path = str(home(server))
+
+    def codes() -> tuple[int, int, int]:
+        jobs = fc._get_request(endpoint="/compute/cluster/jobs")
+        ls = fc._get_request(endpoint="/filesystem/cluster/ops/ls", params={"path": path})
+        systems = fc._get_request(endpoint="/status/systems")
+        return jobs.status_code, ls.status_code, systems.status_code
+
+    server.set_ssh(False)
+    assert codes() == (500, 500, 200)
+    assert "Connect call failed" in fc._get_request(endpoint="/compute/cluster/jobs").json()["message"]
+    server.health_check()
+    assert codes() == (503, 503, 200)
+    assert fc._get_request(endpoint="/compute/cluster/jobs").json()["message"] == \
+        "The scheduler service for the requested system (cluster) is unhealthy."
+    assert not any(s["healthy"] for s in fc.systems()[0]["servicesHealth"])
+    server.set_ssh(True)
+    assert codes() == (503, 503, 200)  # SSH is back, the last check says otherwise
+    server.health_check()
+    assert codes() == (200, 200, 200)
+    # checks every second: down, at most one interval of 500, then 503 up to an interval after
+    server.health_interval = 1.0
+    server.health_check()
+    server.set_ssh(False)
+    deadline = time.monotonic() + 5
+    while fc._get_request(endpoint="/compute/cluster/jobs").status_code != 503:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    server.set_ssh(True)
+    back = time.monotonic()
+    while fc._get_request(endpoint="/compute/cluster/jobs").status_code != 200:
+        assert time.monotonic() < deadline + 2
+        time.sleep(0.1)
+    assert time.monotonic() - back <= 1.5

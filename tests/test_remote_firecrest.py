@@ -131,7 +131,8 @@ def test_upload_failing_halfway_submits_nothing(firecrest_server: FirecrestServe
     rc = run(proj, backend(tmp_path, server), tmp_path / "runs")
     err = capfdbinary.readouterr()[1].decode()
     assert rc == 1
-    assert "upload of" in err and "nothing was submitted" in err and "ended FAILED" in err
+    assert "upload of" in err and "nothing was submitted" in err and "was not submitted (FAILED" in err
+    assert "submitted (firecrest" not in err  # never claimed before (or without) the site taking it
     assert server.jobs == {}  # never a job started with missing files
 
 

@@ -1,10 +1,36 @@
-"""A loopback firecREST v2 API and token endpoint (remote-sites.md §4.2) on the real local Slurm.
+"""A loopback firecREST v2 API and token endpoint on the real local Slurm, behaving as the real
+server does where a client can tell (remote-sites.md §4.2; docs/remote-sites.md, "firecREST:
+server behaviours we rely on and work around").
 
 Tokens are RS256 JWTs (``kid``, ``sub``, ``preferred_username``, ``iat``, ``exp``) from
 ``POST /auth/token``; the API checks signature and expiry and refuses tokens with under 30 s left.
-Jobs: ``sbatch --export=ALL[,K=V] --chdir=DIR`` with the script on stdin; status from sacct
-(squeue while not yet in sacct). Knobs: ``token_lifetime``, ``faults`` (429/502/503),
-``visibility_delay`` (a new job is ``404 Job not found.`` for that long), failing uploads.
+
+File operations run the shell commands firecREST runs over SSH, with ``bash -c`` on this machine:
+``timeout T base64 -d > 'DIR/NAME'`` for an upload (the script arrives base64-encoded on stdin; an
+empty file sends nothing and never closes stdin, so it ends in **408** after the command timeout,
+the file created empty), ``dd if='P' bs=SIZE skip=OFFSET//SIZE count=2`` for ``ops/view`` (the
+output decoded as UTF-8 with replacement, then sliced in *characters*), ``tail``, ``base64
+--wrap=0`` for ``ops/download``, ``stat``, ``rm -r``, ``mkdir``, ``ls``. Paths sit in single quotes,
+so a ``'`` in a name is a shell syntax error: **500**. Errors are mapped as firecREST maps them
+(exit 124 or our own timeout: 408; ``No such file or directory``: 404; ``Permission denied``: 403;
+``File exists``: 400; other: 500), and any command output of ``max_ops_file_size`` bytes or more is
+**413** ``Command output exceeded buffer limit.`` (``download``'s base64 and ``view``'s two ``dd``
+blocks count).
+
+Jobs: ``sbatch --export='ALL,F7T_version=v2.0.0' --chdir=DIR`` with the script on stdin; a job is
+read from ``sacct --jobs`` and ``squeue --jobs`` (a PENDING squeue row wins: ``exitCode`` and
+``interruptSignal`` null, ``tasks: []``); ``GET jobs`` lists **every job of the Unix user** (the
+server runs Slurm as itself) from ``sacct --starttime=now-7days`` on 2.5.6, ``now-24hours`` (or
+``time_window``) with a ``name`` filter from 2.5.7 on, plus ``squeue``; ``DELETE`` runs ``scancel
+--verbose`` and answers 500 ``exit_status:0`` when it printed an error (an unknown or finished job);
+sbatch's accounting/QOS limits are 403, any other refusal (an invalid account) 500.
+
+Knobs: ``app_version`` (``f7t-appversion``, 2.5.6 as released; pyfirecrest gates on it),
+``command_timeout`` (firecREST: 5 s), ``health_interval`` (firecREST: 120 s; None: checks only on
+``health_check()``), ``set_ssh(up)`` (the site's sshd down: 500 ``Connect call failed`` until a
+health check, then 503 until the first check after it is back), ``token_lifetime``, ``faults``
+(429/502/503), ``visibility_delay`` (a new job is ``404 Job not found.`` for that long), failing
+uploads.
 
 Staged uploads (pyfirecrest ``upload()`` above its direct size): with ``data_transfer`` set
 (``{"service_type": "s3", ...}``, shown in ``/status/systems``), ``POST
@@ -30,7 +56,9 @@ import hashlib
 import hmac
 import math
 import os
+import posixpath
 import pwd
+import re
 import shlex
 import shutil
 import stat as stat_mod
@@ -39,6 +67,7 @@ import threading
 import time
 import uuid
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any
@@ -47,18 +76,40 @@ from urllib.parse import quote, urlencode
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from .common import (
-    LoopbackServer,
-    Request,
-    Response,
-    SlurmQueryFailed,
-    query_jobs,
-    run_slurm,
-    slurm_final,
-)
+from .common import LoopbackServer, Request, Response, run_slurm, slurm_env
 
-APP_VERSION = "2.6.0"
+#: the latest release; the tests also run 2.6.0
+APP_VERSION = "2.5.6"
 KID = "launchers-test-key"
+#: ``time_window`` values of ``GET jobs`` (from 2.5.7 on) and their ``sacct --starttime``
+TIME_WINDOWS = {"1h": "now-1hour", "8h": "now-8hours", "24h": "now-24hours", "3d": "now-3days", "7d": "now-7days"}
+#: what firecREST answers when its SSH connection is refused (the repr of the OSError's args)
+SSH_REFUSED = "(111, \"Connect call failed ('127.0.0.1', 22)\")"
+#: sbatch refusals firecREST answers with 403 (accounting/QOS limits), as its QUOTA_ERROR_PATTERN
+QUOTA_ERROR = re.compile(r"\b(?:QOS|Assoc)(?:Max|Min)\w*Limit\b", re.IGNORECASE)
+SACCT_FORMAT = ("JobID,AllocNodes,Cluster,ExitCode,Group,Account,JobName,NodeList,Partition,Priority,State,"
+                "Reason,ElapsedRaw,Submit,Start,End,Suspended,TimelimitRaw,User,WorkDir")
+SQUEUE_FORMAT = ("JobID:|,NumNodes:|,Cluster:||,GroupName:|,Account:|,Name:|,NodeList:|,Partition:|,"
+                 "PriorityLong:|,State:|,Reason:|,TimeUsed:|,SubmitTime:|,StartTime:|,EndTime:||,TimeLimit:|,"
+                 "UserName:|,WorkDir:")
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """``2.5.6`` -> (2, 5, 6); a development version (``2.x.x``) counts as the newest."""
+    parts = []
+    for p in text.split("."):
+        parts.append(int(p) if p.isdigit() else 10**6)
+    return tuple(parts)
+
+
+class Failed(Exception):
+    """An answer other than success, raised by the firecREST emulation (status, message)."""
+
+    def __init__(self, status: int, message: str, kind: str = "error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
 
 
 class FirecrestServer(LoopbackServer):
@@ -68,20 +119,40 @@ class FirecrestServer(LoopbackServer):
                  max_ops_file_size: int = 5 * 1024 * 1024) -> None:
         super().__init__()
         self.root = Path(root)
+        self.home = self.root / "home"
         self.scratch = self.root / "scratch"
+        self.home.mkdir(parents=True, exist_ok=True)
         self.scratch.mkdir(parents=True, exist_ok=True)
         #: client id -> (secret, user name)
         self.clients = dict(clients)
         self.machine = machine
         self.max_ops_file_size = max_ops_file_size
+        #: ``f7t-appversion``; features follow it (``name``/``time_window`` filters, the jobs window)
+        self.app_version = APP_VERSION
+        #: seconds a command may run (``ssh.timeout.command_execution``, 5 on firecREST)
+        self.command_timeout = 5.0
+        #: seconds between health checks (``probing.interval``, 120 on firecREST); None: only
+        #: when ``health_check()`` is called
+        self.health_interval: float | None = 120.0
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.token_lifetime = 300
         self.tokens_issued = 0
         self.visibility_delay = 0.0
-        self.jobs: dict[str, float] = {}  # id -> submission time
+        self.jobs: dict[str, float] = {}  # id -> submission time, of the jobs this server submitted
         self.lock = threading.Lock()
         self.auth_failures: list[str] = []
         self.submitted_bodies: list[dict[str, Any]] = []
+        #: every shell command run for a file operation, every sacct/squeue argv (tests look at them)
+        self.commands: list[str] = []
+        self.slurm_calls: list[list[str]] = []
+        #: seconds sbatch takes on top of its own time (a slow controller; beyond
+        #: ``command_timeout`` the answer is 408 while the job is submitted all the same)
+        self.slow_sbatch = 0.0
+        self.unix_user = pwd.getpwuid(os.getuid()).pw_name
+        self._ssh_up = True
+        self._ssh_log: list[tuple[float, bool]] = [(time.time(), True)]
+        self._healthy = True
+        self._checked_at = time.time()
         #: the system's transfer backend (``dataOperation.data_transfer``); None: direct uploads only
         self.data_transfer: dict[str, Any] | None = None
         #: S3 part size of a staged upload (``maxPartSize``)
@@ -107,17 +178,65 @@ class FirecrestServer(LoopbackServer):
     def api_url(self) -> str:
         return self.root_url
 
+    @property
+    def newer_than_256(self) -> bool:
+        """The ``name`` and ``time_window`` filters and the 24 h jobs window (2.5.7 and later)."""
+        return version_tuple(self.app_version) > (2, 5, 6)
+
     def extra_headers(self, req: Request) -> dict[str, str]:
-        out = {"f7t-appversion": APP_VERSION, "f7t-timestamp": str(int(time.time()))}
+        out = {"f7t-appversion": self.app_version, "f7t-timestamp": str(time.time())}
         rid = req.headers.get("X-Request-ID")
         if rid:
             out["x-request-id"] = rid
         return out
 
-    def error(self, status: int, message: str, headers: dict[str, str] | None = None,
+    def error(self, status: int, message: str, headers: Mapping[str, str] | None = None,
               kind: str = "error") -> Response:
         return Response(status, {"errorType": kind, "message": message, "causedBy": None, "data": None,
                                  "user": None}, headers)
+
+    # -- the site's SSH and the health checks ----------------------------------------------------
+
+    def set_ssh(self, up: bool) -> None:
+        """Take the site's sshd down (False) or bring it back (True)."""
+        with self.lock:
+            self._ssh_up = up
+            self._ssh_log.append((time.time(), up))
+
+    def _ssh_at(self, when: float) -> bool:
+        state = True
+        for t, up in self._ssh_log:
+            if t > when:
+                break
+            state = up
+        return state
+
+    def health_check(self) -> None:
+        """Run a health check now: the services are healthy exactly when SSH answers."""
+        with self.lock:
+            self._healthy, self._checked_at = self._ssh_up, time.time()
+
+    def healthy(self) -> bool:
+        """The health of the last check (checks run every ``health_interval`` seconds)."""
+        with self.lock:
+            if self.health_interval:
+                now = time.time()
+                while self._checked_at + self.health_interval <= now:
+                    self._checked_at += self.health_interval
+                    self._healthy = self._ssh_at(self._checked_at)
+            return self._healthy
+
+    def gate(self, service: str) -> None:
+        """What a request that needs SSH meets first: 503 while the last health check failed,
+        500 while SSH refuses connections."""
+        if not self.healthy():
+            if service == "scheduler":
+                raise Failed(503, f"The scheduler service for the requested system ({self.machine}) is unhealthy.")
+            raise Failed(503, f"The ssh service for the requested system ({self.machine}) is unhealthy.")
+        with self.lock:
+            up = self._ssh_up
+        if not up:
+            raise Failed(500, SSH_REFUSED)
 
     # -- tokens --------------------------------------------------------------------------------
 
@@ -158,6 +277,12 @@ class FirecrestServer(LoopbackServer):
     # -- routes --------------------------------------------------------------------------------
 
     def handle(self, req: Request) -> Response:
+        try:
+            return self._handle(req)
+        except Failed as f:
+            return self.error(f.status, f.message, kind=f.kind)
+
+    def _handle(self, req: Request) -> Response:
         if req.path == "/auth/token" and req.method == "POST":
             return self.issue(req)
         if req.path.startswith("/s3/"):
@@ -172,25 +297,104 @@ class FirecrestServer(LoopbackServer):
         if len(parts) < 3 or (parts[1] != self.machine and parts[0] in ("filesystem", "compute", "status")):
             return self.error(404, "System not found")
         if parts[0] == "status" and parts[2:] == ["userinfo"]:
+            self.gate("ssh")
             return Response(200, {"user": {"id": "0", "name": user}, "group": {"id": "0", "name": "users"},
                                   "groups": [{"id": "0", "name": "users"}],
                                   "accounts": [{"name": "root", "default": True}]})
         if parts[0] == "filesystem" and len(parts) == 4 and parts[2] == "ops":
+            self.gate("ssh")
             return self.filesystem(req, parts[3])
         if parts[0] == "filesystem" and parts[2:] == ["transfer", "upload"] and req.method == "POST":
+            self.gate("scheduler")
             return self.transfer_upload(req, user)
         if parts[0] == "compute" and parts[2] == "jobs":
+            self.gate("scheduler")
             return self.compute(req, parts[3] if len(parts) > 3 else None, user)
         return self.error(404, f"no route {req.path}")
 
     def system(self) -> dict[str, Any]:
+        healthy = self.healthy()
+        checked = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._checked_at))
+        health = [{"serviceType": "scheduler", "healthy": healthy, "lastChecked": checked},
+                  {"serviceType": "ssh", "healthy": healthy, "lastChecked": checked}]
+        health += [{"serviceType": "filesystem", "healthy": healthy, "lastChecked": checked, "path": str(p)}
+                   for p in (self.home, self.scratch)]
         return {"name": self.machine, "scheduler": {"type": "slurm", "version": "22.05.8"},
-                "fileSystems": [{"path": str(self.root / "home"), "dataType": "users", "defaultWorkDir": False},
+                "fileSystems": [{"path": str(self.home), "dataType": "users", "defaultWorkDir": False},
                                 {"path": str(self.scratch), "dataType": "scratch", "defaultWorkDir": True}],
                 "dataOperation": {"max_ops_file_size": self.max_ops_file_size, "data_transfer": self.data_transfer},
-                "servicesHealth": [{"serviceType": "scheduler", "healthy": True}]}
+                "probing": {"interval": self.health_interval},
+                "servicesHealth": health}
+
+    # -- commands over "SSH" ---------------------------------------------------------------------
+
+    def remote(self, command: str, stdin: bytes | None = None) -> tuple[str, str, int]:
+        """Run ``command`` as firecREST's SSH client does: stdin written and closed only when
+        there is some (else left open), ``command_timeout`` for the whole call (408), outputs of
+        ``max_ops_file_size`` bytes or more refused (413), decoded as UTF-8 with replacement."""
+        with self.lock:
+            self.commands.append(command)
+        proc = subprocess.Popen(["bash", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=slurm_env(), start_new_session=True)
+        assert proc.stdin is not None
+        # firecREST's own timeout runs from before the SSH channel opens: it fires just before the
+        # command's ``timeout`` (whose 124 would be 408 as well, with another message)
+        limit = max(0.05, self.command_timeout - 0.1)
+        try:
+            if stdin:
+                out, err = proc.communicate(stdin, timeout=limit)
+            else:  # nothing written, stdin never closed: a reader waits until the timeout
+                out, err = _communicate_open_stdin(proc, limit)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise Failed(408, "Command execution timeout limit exceeded.") from None
+        finally:
+            if proc.stdin and not proc.stdin.closed:
+                proc.stdin.close()
+        if len(out) >= self.max_ops_file_size or len(err) >= self.max_ops_file_size:
+            raise Failed(413, "Command output exceeded buffer limit.")
+        return out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace"), proc.returncode
+
+    def checked(self, command: str, stdin: bytes | None = None) -> str:
+        """``remote(command)``'s stdout, or its failure mapped as firecREST's error handling."""
+        out, err, rc = self.remote(command, stdin)
+        if rc != 0:
+            message = f"Remote process failed with exit status:{rc}"
+            if err:
+                message += f" and error message:{err.strip()}"
+            if rc == 124:
+                raise Failed(408, message)
+            if "No such file or directory" in err:
+                raise Failed(404, message)
+            if "Permission denied" in err or "Operation not permitted" in err:
+                raise Failed(403, message)
+            if "File exists" in err or "invalid user" in err:
+                raise Failed(400, message)
+            raise Failed(500, message)
+        return out
+
+    def timeout_prefix(self) -> str:
+        return f"timeout {_seconds(self.command_timeout)}"
+
+    # -- file operations -------------------------------------------------------------------------
+
+    def file_systems(self) -> list[Path]:
+        return [self.home, self.scratch]
+
+    def fs_path(self, text: str | None) -> str:
+        """The ``path`` of a file operation, checked as firecREST checks it (400)."""
+        if text is None:
+            raise Failed(400, "All filesystem requests require a path or source_path parameter.")
+        if not posixpath.isabs(text):
+            raise Failed(400, f"The provided path ({text}) is not an absolute path.")
+        norm = posixpath.normpath(text)
+        if not any(norm == str(fs) or norm.startswith(str(fs).rstrip("/") + "/") for fs in self.file_systems()):
+            raise Failed(400, f"The provided path ({norm}) does not match any of the defined filesystem paths "
+                              f"for the requested system ({self.machine}).")
+        return text
 
     def _path(self, text: str | None) -> Path | Response:
+        """An absolute path under ``root`` (the v1 server's check), else a 400 answer."""
         if not text or not text.startswith("/"):
             return self.error(400, f"path {text!r} is not absolute", kind="validation")
         p = Path(text)
@@ -199,113 +403,107 @@ class FirecrestServer(LoopbackServer):
         return p
 
     def filesystem(self, req: Request, op: str) -> Response:
+        t = self.timeout_prefix()
         if op == "mkdir" and req.method == "POST":
             body = req.json() or {}
-            p = self._path(body.get("sourcePath") or body.get("source_path"))
-            if isinstance(p, Response):
-                return p
-            try:
-                p.mkdir(parents=bool(body.get("parent")), exist_ok=bool(body.get("parent")))
-            except FileExistsError:
-                return self.error(400, f"mkdir: cannot create directory '{p}': File exists")
-            except FileNotFoundError:
-                return self.error(400, f"mkdir: cannot create directory '{p}': No such file or directory")
-            return Response(201, {"output": {"name": str(p), "type": "d", "user": "root", "group": "root",
-                                             "permissions": "rwxr-xr-x", "lastModified": "", "size": "4096"}})
+            p = self.fs_path(body.get("sourcePath") or body.get("source_path"))
+            parent = "-p " if body.get("parent") else ""
+            self.checked(f"{t} mkdir {parent} -- '{p}' && {t} ls -l --quoting-style=c "
+                         f"--time-style='+%Y-%m-%dT%H:%M:%S' -d -- '{p}'")
+            return Response(201, {"output": _ls_entry(Path(p), p, False, False)})
         if op == "upload" and req.method == "POST":
-            d = self._path(req.query.get("path"))
-            if isinstance(d, Response):
-                return d
-            if not d.is_dir():
-                return self.error(404, f"{d}: No such file or directory")
-            if len(req.body) > self.max_ops_file_size + 64 * 1024:  # before parsing it at all
-                return self.error(413, "file too large for a direct upload")
-            if self.faults.upload_should_fail():
-                return self.error(500, "injected upload failure")
-            msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-                b"Content-Type: " + (req.headers.get("Content-Type") or "").encode() + b"\r\n\r\n" + req.body)
-            for part in msg.iter_parts():
-                if part.get_param("name", header="content-disposition") == "file":
-                    name = part.get_filename() or "upload"
-                    if "/" in name:
-                        return self.error(400, "a file name may not contain '/'", kind="validation")
-                    data = part.get_payload(decode=True) or b""
-                    if len(data) > self.max_ops_file_size:  # the file itself, exactly
-                        return self.error(413, "file too large for a direct upload")
-                    (d / name).write_bytes(data)
-                    return Response(204)
-            return self.error(400, "missing multipart field 'file'", kind="validation")
-        p = self._path(req.query.get("path"))
-        if isinstance(p, Response):
-            return p
-        if not p.exists():
-            return self.error(404, f"{p}: No such file or directory")
+            return self.upload(req)
+        p = self.fs_path(req.query.get("path"))
         if op == "rm" and req.method == "DELETE":
-            # ``rm -R`` of a file or a directory tree (firecREST v2 answers 204)
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
+            self.checked(f"{t} rm -r --interactive=never -- '{p}'")
             return Response(204)
         if op == "stat":
-            st = p.stat()
-            return Response(200, {"output": {"mode": st.st_mode, "ino": st.st_ino, "dev": st.st_dev,
-                                             "nlink": st.st_nlink, "uid": st.st_uid, "gid": st.st_gid,
-                                             "size": st.st_size, "atime": int(st.st_atime),
-                                             "ctime": int(st.st_ctime), "mtime": int(st.st_mtime)}})
+            follow = "--dereference" if _flag(req.query.get("dereference")) else ""
+            out = self.checked(f"{t} stat {follow} -c '%f %i %d %h %u %g %s %X %Y %Z' -- '{p}'")
+            keys = ("mode", "ino", "dev", "nlink", "uid", "gid", "size", "atime", "mtime", "ctime")
+            values = dict(zip(keys, out.split(), strict=True))
+            return Response(200, {"output": {k: int(v, 16) if k == "mode" else int(v) for k, v in values.items()}})
         if op == "view":
-            offset = int(req.query.get("offset") or 0)
-            # without ``size`` firecREST reads 5 MiB, refused where max_ops_file_size is smaller
-            size = int(req.query.get("size") or 5 * 1024 * 1024)
-            if size > self.max_ops_file_size:
-                return self.error(400, f"size {size} exceeds max_ops_file_size", kind="validation")
-            with open(p, "rb") as f:
-                f.seek(offset)
-                data = f.read(size)
-            return Response(200, {"output": data.decode("utf-8", errors="replace")})
+            return self.view(req, p)
         if op == "ls":
             # ``ls -l [-A] [-R] [-L] [--numeric-uid-gid]``, parsed as firecREST does: a directory's
             # entries (recursive: those of subdirectories named ``sub/inner``), a file's own entry
             hidden, recursive = _flag(req.query.get("showHidden")), _flag(req.query.get("recursive"))
             numeric, deref = _flag(req.query.get("numericUid")), _flag(req.query.get("dereference"))
-            if not p.is_dir() or (p.is_symlink() and not deref and not req.query["path"].endswith("/")):
-                return Response(200, {"output": [_ls_entry(p, req.query["path"], numeric, deref)]})
-            return Response(200, {"output": _ls_dir(p, "", hidden, recursive, numeric, deref)})
+            options = "-l --quoting-style=c --time-style='+%Y-%m-%dT%H:%M:%S' "
+            options += ("-A " if hidden else "") + ("--numeric-uid-gid " if numeric else "")
+            options += ("-R " if recursive else "") + ("-L " if deref else "")
+            self.checked(f"{t} ls {options}-- '{p}'")
+            path = Path(p)
+            if not path.is_dir() or (path.is_symlink() and not deref and not p.endswith("/")):
+                return Response(200, {"output": [_ls_entry(path, p, numeric, deref)]})
+            return Response(200, {"output": _ls_dir(path, "", hidden, recursive, numeric, deref)})
         if op == "tail":
             return self.tail(req, p)
         if op == "download":
-            if p.is_dir():
-                return self.error(400, f"base64: {p}: Is a directory")
-            if p.stat().st_size > self.max_ops_file_size:
-                return self.error(413, f"{p}: file size {p.stat().st_size} exceeds max_ops_file_size "
-                                       f"{self.max_ops_file_size}; use a transfer")
-            return Response(200, p.read_bytes())
+            data = base64.b64decode(self.checked(f"{t} base64 --wrap=0 -- '{p}'"))
+            if len(data) > self.max_ops_file_size:
+                raise Failed(413, "File to download is too large.")
+            return Response(200, data)
         return self.error(404, f"no operation {op}")
 
-    def tail(self, req: Request, p: Path) -> Response:
+    def upload(self, req: Request) -> Response:
+        """``POST ops/upload?path=DIR``, multipart ``file``: ``base64 -d > 'DIR/NAME'``, the
+        content base64-encoded on stdin, none at all for an empty file (see ``remote``)."""
+        d = self.fs_path(req.query.get("path"))
+        if len(req.body) > self.max_ops_file_size + 64 * 1024:  # before parsing it at all
+            raise Failed(413, "File to upload is too large.")
+        if self.faults.upload_should_fail():
+            raise Failed(500, "injected upload failure")
+        msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            b"Content-Type: " + (req.headers.get("Content-Type") or "").encode() + b"\r\n\r\n" + req.body)
+        for part in msg.iter_parts():
+            if part.get_param("name", header="content-disposition") == "file":
+                name = part.get_filename() or "upload"
+                payload = part.get_payload(decode=True)
+                data = payload if isinstance(payload, bytes) else b""
+                if len(data) > self.max_ops_file_size:  # the file itself, exactly
+                    raise Failed(413, "File to upload is too large.")
+                self.checked(f"{self.timeout_prefix()} base64 -d > '{d}/{name}'", base64.b64encode(data))
+                return Response(204)
+        raise Failed(400, "1 validation error/s occurred: Field required", kind="validation")
+
+    def view(self, req: Request, p: str) -> Response:
+        """``ops/view``: ``dd`` of two blocks of ``size`` bytes from the block holding ``offset``,
+        decoded, then ``size`` *characters* from ``offset % size`` (firecREST's DdCommand)."""
+        offset = _int_param(req.query.get("offset"), "offset", 0)
+        size = _int_param(req.query.get("size"), "size", 5 * 1024 * 1024)  # firecREST's default: 5 MiB
+        if offset < 0:
+            raise Failed(400, "`offset` value must be an integer value equal or greater than 0")
+        if size <= 0:
+            raise Failed(400, "`size` value must be an integer value greater than 0")
+        if size > self.max_ops_file_size:
+            raise Failed(400, f"`size` value must be less than {self.max_ops_file_size} bytes")
+        out = self.checked(f"{self.timeout_prefix()} dd if='{p}' bs={size} skip={offset // size} count=2")
+        i = offset % size
+        return Response(200, {"output": out[i:i + size]})
+
+    def tail(self, req: Request, p: str) -> Response:
         """``tail --lines=N`` / ``--bytes=N`` (``+N`` with ``skipHeading``), answered as firecREST v2."""
         lines, nbytes = req.query.get("lines"), req.query.get("bytes")
         skip = _flag(req.query.get("skipHeading"))
         for name, value in (("lines", lines), ("bytes", nbytes)):
             if value is not None and not value.lstrip("-").isdigit():
-                return self.error(400, f"{name}: value is not a valid integer", kind="validation")
+                raise Failed(400, f"{name}: value is not a valid integer", kind="validation")
         if lines and nbytes:
-            return self.error(400, "Only one of `bytes` or `lines` can be specified.")
-        argv = ["tail"]
+            raise Failed(400, "Only one of `bytes` or `lines` can be specified.")
+        options = ""
         if nbytes:
-            argv.append(f"--bytes={'+' if skip else ''}{nbytes}")
+            options += f"--bytes='{'+' if skip else ''}{nbytes}' "
         if lines:
-            argv.append(f"--lines={'+' if skip else ''}{lines}")
-        r = subprocess.run([*argv, "--", str(p)], capture_output=True, timeout=5)
-        if r.returncode != 0:
-            return self.error(400, r.stderr.decode(errors="replace").strip())
+            options += f"--lines='{'+' if skip else ''}{lines}' "
+        out = self.checked(f"{self.timeout_prefix()} tail {options}-- '{p}'")
         start = 10
         if lines is not None:
             start = int(lines) if skip else -int(lines)
         elif nbytes is not None:
             start = int(nbytes) if skip else -int(nbytes)
-        return Response(200, {"output": {"content": r.stdout.decode("utf-8", errors="replace"),
-                                         "contentType": "bytes" if nbytes else "lines",
+        return Response(200, {"output": {"content": out, "contentType": "bytes" if nbytes else "lines",
                                          "startPosition": start, "endPosition": -1}})
 
     # -- staged transfers (S3 multipart, firecREST v2's ``s3`` data transfer) ---------------------
@@ -329,9 +527,7 @@ class FirecrestServer(LoopbackServer):
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             return self.error(400, "transfer_directives.file_size: Input should be a valid integer",
                               kind="validation")
-        target = self._path(body.get("path"))
-        if isinstance(target, Response):
-            return target
+        target = Path(self.fs_path(body.get("path")))
         work = self.scratch / user
         work.mkdir(parents=True, exist_ok=True)  # the user's directory of the default work file system
         bucket, key = user, f"{uuid.uuid4()}/{target.name}"
@@ -503,110 +699,251 @@ exit 1
                "</CompleteMultipartUploadResult>")
         return Response(200, xml, content_type="application/xml")
 
+
     # -- compute -------------------------------------------------------------------------------
 
     def compute(self, req: Request, jid: str | None, user: str) -> Response:
-        try:
-            return self._compute(req, jid, user)
-        except SlurmQueryFailed as e:
-            return self.error(500, str(e))
-
-    def _compute(self, req: Request, jid: str | None, user: str) -> Response:
         if jid is None and req.method == "POST":
             return self.submit(req)
         if jid is None and req.method == "GET":
-            now = time.time()
-            with self.lock:
-                ids = [i for i, t in self.jobs.items() if now - t >= self.visibility_delay]
-            rows = query_jobs(ids)
-            jobs = [self.job_json(rows[i], user) for i in ids if i in rows]
-            if req.query.get("name"):
-                jobs = [j for j in jobs if j["name"] == req.query["name"]]
-            return Response(200, {"jobs": jobs})
-        with self.lock:
-            submitted = self.jobs.get(str(jid))
-        visible = submitted is not None and time.time() - submitted >= self.visibility_delay
+            return Response(200, {"jobs": self.list_jobs(req)})
+        if not re.fullmatch(r"[a-zA-Z0-9]+", jid or ""):
+            raise Failed(400, f"1 validation error/s occurred: job_id {jid!r} should match pattern '^[a-zA-Z0-9]+$'",
+                         kind="validation")
+        assert jid is not None
         if req.method == "GET":
-            row = query_jobs([str(jid)]).get(str(jid)) if visible else None
-            if row is None:
-                return self.error(404, "Job not found.")
-            return Response(200, {"jobs": [self.job_json(row, user)]})
+            with self.lock:
+                submitted = self.jobs.get(jid)
+            if submitted is not None and time.time() - submitted < self.visibility_delay:
+                raise Failed(404, "Job not found.")
+            jobs = self.slurm_jobs(ids=[jid])
+            if not jobs:
+                raise Failed(404, "Job not found.")
+            return Response(200, {"jobs": jobs})
         if req.method == "DELETE":
-            if submitted is None:
-                return self.error(404, "Job not found.")
-            row = query_jobs([str(jid)]).get(str(jid))
-            if row is not None and slurm_final(str(row["state"])):
-                return self.error(500, "Unexpected Slurm command response. exit_status:1 std_err:scancel: error: "
-                                       f"Kill job error on job id {jid}: Job/step already completing or completed")
-            r = run_slurm(["scancel", str(jid)])
-            if r.returncode != 0:
-                return self.error(500, f"Unexpected Slurm command response. exit_status:{r.returncode} "
-                                       f"std_err:{r.stderr.strip()}")
+            r = run_slurm(["scancel", "--verbose", jid], timeout=self.command_timeout + 30)
+            if r.returncode != 0 or re.search(".+error:.*", r.stderr, re.IGNORECASE):
+                raise Failed(500, f"Unexpected Slurm command response. exit_status:{r.returncode} std_err:{r.stderr}")
             return Response(204)
-        return self.error(405, "method not allowed")
+        return self.error(405, "Method Not Allowed")
+
+    def list_jobs(self, req: Request) -> list[dict[str, Any]]:
+        """``GET jobs``: every job of the user in the window (7 days on 2.5.6; 24 h or
+        ``time_window`` later, with ``name``), plus what squeue shows."""
+        name = None
+        window = "now-7days"
+        if self.newer_than_256:
+            name = req.query.get("name") or None
+            text = req.query.get("time_window") or "24h"
+            if text not in TIME_WINDOWS:
+                raise Failed(400, f"1 validation error/s occurred: time_window: Input should be "
+                                  f"{', '.join(repr(k) for k in TIME_WINDOWS)}", kind="validation")
+            window = TIME_WINDOWS[text]
+        allusers = _flag(req.query.get("allusers"))
+        jobs = self.slurm_jobs(name=name, window=window, allusers=allusers, account=req.query.get("account") or None)
+        now = time.time()
+        with self.lock:
+            hidden = {i for i, t in self.jobs.items() if now - t < self.visibility_delay}
+        return [j for j in jobs if j["jobId"] not in hidden]
+
+    def slurm_jobs(self, *, ids: Sequence[str] = (), name: str | None = None, window: str | None = None,
+                   allusers: bool = False, account: str | None = None) -> list[dict[str, Any]]:
+        """sacct then squeue as firecREST's Slurm CLI client runs them; a PENDING squeue row
+        replaces sacct's. A failed command is 500 ``Error executing Slurm command.``"""
+        sacct = ["sacct"] + (["--allusers"] if allusers else []) + ([f"--account={account}"] if account else [])
+        sacct += [f"--name={name}"] if name else []
+        sacct += [f"--jobs={','.join(ids)}"] if ids else [f"--starttime={window or 'now-7days'}"]
+        sacct += ["--parsable2", "--noheader", f"--format={SACCT_FORMAT}"]
+        squeue = ["squeue"] + ([] if allusers else [f"--user={self.unix_user}"])
+        squeue += ([f"--account={account}"] if account else []) + ([f"--name={name}"] if name else [])
+        squeue += ([f"--jobs={','.join(ids)}"] if ids else []) + ["--noheader", f"--Format={SQUEUE_FORMAT}"]
+        jobs: dict[str, dict[str, Any]] = {}
+        for argv in (sacct, squeue):
+            with self.lock:
+                self.slurm_calls.append(argv)
+            r = run_slurm(argv)
+            if r.returncode == 1 and "Invalid job id specified" in r.stderr:
+                continue
+            if r.returncode != 0:
+                raise Failed(500, "Error executing Slurm command.")
+            for job in parse_slurm_rows(r.stdout):
+                if job["jobId"] not in jobs or job["status"]["state"] == "PENDING":
+                    jobs[job["jobId"]] = job
+        return list(jobs.values())
 
     def submit(self, req: Request) -> Response:
         body = req.json() or {}
         job = body.get("job") if isinstance(body, dict) else None
         if not isinstance(job, dict):
-            return self.error(400, "body must be {\"job\": {...}}", kind="validation")
+            raise Failed(400, "1 validation error/s occurred: job: Field required", kind="validation")
         self.submitted_bodies.append(job)
         wd = job.get("working_directory", job.get("workingDirectory"))
         script = job.get("script")
         script_path = job.get("scriptPath", job.get("script_path"))
-        if script is None and script_path:
-            sp = self._path(script_path)
-            if isinstance(sp, Response):
-                return sp
-            if not sp.is_file():
-                return self.error(400, f"{sp}: No such file or directory", kind="validation")
-            script = sp.read_text()
-        if not wd or not script:
-            return self.error(400, "working_directory and script are required", kind="validation")
-        result = self.sbatch(job, wd, script)
+        if not wd or (script is None and not script_path):
+            raise Failed(400, "1 validation error/s occurred: working_directory and script are required",
+                         kind="validation")
+        result = self.sbatch(job, str(wd), script)
         if isinstance(result, Response):
             return result
         return Response(201, {"jobId": result})
 
-    def sbatch(self, job: dict[str, Any], wd: str, script: str) -> str | Response:
-        """``sbatch --export=ALL,K=V --chdir=WD [...]`` with the script on stdin; the job id."""
-        export = "ALL"
-        env = job.get("env") or {}
-        if env:
-            export += "," + ",".join(f"{k}={v}" for k, v in env.items())
-        argv = ["sbatch", "--parsable", f"--export={export}", f"--chdir={wd}"]
-        for key, opt in (("name", "job-name"), ("account", "account"), ("partition", "partition"),
-                         ("reservation", "reservation"), ("constraints", "constraint")):
+    def sbatch(self, job: dict[str, Any], wd: str, script: str | None) -> str | Response:
+        """``sbatch --export='ALL,K=V' --chdir=WD [...]`` with the script on stdin (or its path);
+        the job id. Slower than ``command_timeout``: 408, while sbatch goes on (the job may exist)."""
+        env = job.get("env")
+        env = {"F7T_version": "v2.0.0"} if env is None else env
+        export = ",".join(f"{k}={v}" for k, v in env.items())
+        argv = ["sbatch", f"--export=ALL,{export}", f"--chdir={wd}"]
+        for key, opt in (("partition", "partition"), ("reservation", "reservation"), ("account", "account"),
+                         ("name", "job-name")):
             if job.get(key):
                 argv.append(f"--{opt}={job[key]}")
-        for key, alt, opt in (("standardOutput", "standard_output", "output"),
-                              ("standardError", "standard_error", "error"),
+        for key, alt, opt in (("standardError", "standard_error", "error"),
+                              ("standardOutput", "standard_output", "output"),
                               ("standardInput", "standard_input", "input")):
             if job.get(key) or job.get(alt):
                 argv.append(f"--{opt}={job.get(key) or job.get(alt)}")
-        r = run_slurm(argv, stdin=script)
-        if r.returncode != 0:
-            text = r.stderr.strip()
-            if "QOSMax" in text or "AssocMax" in text or "Invalid account" in text:
-                return self.error(403, text)
-            return self.error(500, f"Unexpected Slurm command response. exit_status:{r.returncode} std_err:{text}")
-        jid = r.stdout.strip().splitlines()[-1].split(";")[0]
+        if job.get("constraints"):
+            argv.append(f"--constraint={job['constraints']}")
+        script_path = job.get("scriptPath", job.get("script_path"))
+        if script is None and script_path:
+            argv += ["--", str(script_path)]
+        if self.slow_sbatch:
+            argv = ["bash", "-c", f'sleep {self.slow_sbatch:g}; exec "$0" "$@"', *argv]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=slurm_env(), text=True)
+        try:
+            out, err = proc.communicate(script or "", timeout=self.command_timeout)
+        except subprocess.TimeoutExpired:
+            threading.Thread(target=self._late_sbatch, args=(proc,), daemon=True).start()
+            raise Failed(408, "Command execution timeout limit exceeded.") from None
+        if proc.returncode != 0:
+            if QUOTA_ERROR.search(err):
+                raise Failed(403, f"Job submission rejected: accounting/QOS policy limit exceeded. {err.strip()}")
+            raise Failed(500, f"Unexpected Slurm command response. exit_status:{proc.returncode} std_err:{err}")
+        found = re.search("Submitted batch job ([0-9]+)", out, re.IGNORECASE)
+        if not found:
+            raise Failed(500, "Unable to submit new job")
+        jid = found.group(1)
         with self.lock:
             self.jobs[jid] = time.time()
         return jid
 
-    def job_json(self, row: dict[str, Any], user: str) -> dict[str, Any]:
-        return {
-            "jobId": row["id"], "name": row.get("name", ""),
-            "status": {"state": row["state"], "stateReason": row.get("reason") or "None",
-                       "exitCode": row.get("exit", 0), "interruptSignal": row.get("signal", 0)},
-            "tasks": [{"id": f"{row['id']}.batch"}],
-            "time": {"elapsed": row.get("elapsed", 0), "start": row.get("start"), "end": row.get("end"),
-                     "suspended": 0, "limit": row.get("limit")},
-            "account": row.get("account", ""), "allocationNodes": 1, "cluster": "sandbox", "group": "users",
-            "nodes": row.get("nodes", ""), "partition": row.get("partition", ""), "priority": 1,
-            "user": user, "workingDirectory": row.get("workdir", ""),
+    def _late_sbatch(self, proc: subprocess.Popen[str]) -> None:
+        """An sbatch that outlived the command timeout still submits: remember its job."""
+        out, _ = proc.communicate()
+        found = re.search("Submitted batch job ([0-9]+)", out or "")
+        if found:
+            with self.lock:
+                self.jobs[found.group(1)] = time.time()
+
+
+# -- firecREST's parsing of sacct and squeue rows ------------------------------------------------------
+
+
+def _timestr_seconds(text: str, minutes: bool = False) -> int | None:
+    """A Slurm duration as firecREST reads it: a number (minutes when ``minutes``), H:MM:SS,
+    D-HH:MM:SS or M:SS; None otherwise."""
+    try:
+        return int(text) * 60 if minutes else int(text)
+    except ValueError:
+        pass
+    for pattern, scale in ((r"(\d+):(\d{2}):(\d{2})", (3600, 60, 1)), (r"(\d+)-(\d{2}):(\d{2}):(\d{2})", (86400, 3600, 60, 1)),
+                           (r"(\d+):(\d{2})", (60, 1))):
+        m = re.fullmatch(pattern, text)
+        if m:
+            return sum(int(g) * s for g, s in zip(m.groups(), scale, strict=True))
+    return None
+
+
+def _timestamp(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _exit_status(text: str) -> tuple[int | None, int | None]:
+    if not text:
+        return None, None
+    rc, _, sig = text.partition(":")
+    return int(rc), int(sig)
+
+
+def parse_slurm_rows(stdout: str) -> list[dict[str, Any]]:
+    """Job records (firecREST's JSON) from sacct/squeue rows of 20 ``|``-separated fields; step
+    rows (``ID.batch``) become the job's ``tasks``."""
+    jobs: dict[str, dict[str, Any]] = {}
+    for line in stdout.split("\n"):
+        f = line.split("|")
+        if len(f) != 20:
+            continue
+        code, signal = _exit_status(f[3])
+        if "." in f[0]:
+            main, _ = f[0].split(".", 1)
+            if main in jobs:
+                jobs[main]["tasks"].append({
+                    "id": f[0], "name": f[6],
+                    "status": {"state": f[10], "stateReason": None, "exitCode": code, "interruptSignal": signal},
+                    "time": {"elapsed": int(f[12]) if f[12] else None, "start": _timestamp(f[14]),
+                             "end": _timestamp(f[15]), "suspended": _timestr_seconds(f[16]),
+                             "limit": int(f[17]) if f[17] else None},
+                })
+            continue
+        jobs[f[0]] = {
+            "jobId": f[0], "name": f[6],
+            "status": {"state": f[10], "stateReason": f[11], "exitCode": code, "interruptSignal": signal},
+            "tasks": [],
+            "time": {"elapsed": _timestr_seconds(f[12]) if f[12] else None, "start": _timestamp(f[14]),
+                     "end": _timestamp(f[15]), "suspended": _timestr_seconds(f[16]),
+                     "limit": _timestr_seconds(f[17], minutes=True) if f[17] else None},
+            "account": f[5], "allocationNodes": int(f[1]) if f[1].isdigit() else 0, "cluster": f[2],
+            "group": f[4], "nodes": f[7], "partition": f[8], "killRequestUser": None, "user": f[18],
+            "workingDirectory": f[19], "priority": int(f[9]) if f[9].lstrip("-").isdigit() else None,
         }
+    return list(jobs.values())
+
+
+def _communicate_open_stdin(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bytes]:
+    """stdout and stderr of ``proc`` while its stdin stays open (as firecREST leaves it when it
+    has nothing to send); TimeoutExpired after ``timeout``."""
+    chunks: dict[str, bytes] = {}
+
+    def read(name: str, stream: Any) -> None:
+        chunks[name] = stream.read()
+
+    readers = [threading.Thread(target=read, args=(n, s), daemon=True)
+               for n, s in (("out", proc.stdout), ("err", proc.stderr))]
+    for t in readers:
+        t.start()
+    proc.wait(timeout=timeout)
+    for t in readers:
+        t.join()
+    return chunks.get("out", b""), chunks.get("err", b"")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, 9)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _seconds(value: float) -> str:
+    """A ``timeout`` duration: ``5`` or ``0.5``."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _int_param(text: str | None, name: str, default: int) -> int:
+    if text is None or text == "":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise Failed(400, f"1 validation error/s occurred: {name}: Input should be a valid integer",
+                     kind="validation") from None
 
 
 def _flag(text: str | None) -> bool:
@@ -660,4 +997,4 @@ def http_date(seconds_from_now: float) -> str:
     return formatdate(time.time() + seconds_from_now, usegmt=True)
 
 
-__all__ = ["FirecrestServer", "cleanup", "http_date"]
+__all__ = ["APP_VERSION", "FirecrestServer", "cleanup", "http_date", "parse_slurm_rows"]

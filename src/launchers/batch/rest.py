@@ -476,30 +476,9 @@ class FirecrestQueue(RestQueue):
         return None if rows is None else [str(r.get("name")) for r in rows]
 
     def read_sync(self, rel: str) -> bytes | None:
-        machine = self._ex().site.machine
-        path = self._abs(rel)
-        if not rel.startswith(TASKS + "/"):  # a queue entry: small, one request
-            text = self._missing(lambda c: c.view(machine, path), f"view {rel}")
-            return None if text is None else str(text).encode("utf-8")
-        st = self._missing(lambda c: c.stat(machine, path), f"stat {rel}")
-        if st is None:
-            return None
-        size, out, pos = int(st.get("size") or 0), b"", 0
-        step = max(1, self._ex()._max_ops)
-        while pos < size:
-            n = min(step, size - pos)
-
-            def view(c: Any, pos: int = pos, n: int = n) -> str:
-                resp = c._get_request(endpoint=f"/filesystem/{machine}/ops/view",
-                                      params={"path": path, "offset": pos, "size": n})
-                return str(c._check_response(resp, 200)["output"])
-
-            chunk = str(self._missing(view, f"view {rel}") or "").encode("utf-8")
-            if not chunk:
-                break
-            out += chunk
-            pos += n
-        return out
+        """Byte-exact (an entry with the size firecREST needs, a task's output with non-UTF-8
+        bytes): the executor's reader (``ops/download``, ``ops/tail``, ``ops/view``)."""
+        return self._ex().read_bytes_sync(self._abs(rel))
 
     def write_sync(self, rel: str, data: bytes) -> None:
         ex = self._ex()

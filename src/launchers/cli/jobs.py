@@ -195,10 +195,53 @@ def run_logs(args: argparse.Namespace) -> int:
         if offset == 0 and not path.exists():
             print(f"launchers: {path} does not exist yet", file=sys.stderr)
         return 0
+    follower = SiteFollower(directory)
     while True:
         rec = read_record(directory)
         final = rec is None or rec.state.is_final
+        if not final and rec is not None:
+            final = follower.step(rec)
+            if final:
+                rec = read_record(directory)
         pump()
         if final:
             return 0 if rec is None or rec.state is JobState.COMPLETED else 1
-        time.sleep(0.5)
+        time.sleep(follower.delay)
+
+
+class SiteFollower:
+    """Drives a job that no live process follows (a detached ``launchers run``, a finished
+    experiment script): asks its executor about it once per step (``launchers status``'s refresh:
+    state recorded, remote outputs copied), every 1 s growing to 5 s while nothing changes."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.job: Any = None
+        self.delay = 0.5
+        self.warned = False
+        self.last: tuple[Any, ...] | None = None
+
+    def step(self, rec: StateRecord) -> bool:
+        """One refresh unless another process owns the job; True once the job is final."""
+        from ..jobs.job import load_job, owner_alive
+        from .status import refresh
+
+        if owner_alive(rec):
+            self.delay = 0.5
+            return False
+        if self.job is None:
+            self.job = load_job(self.directory)
+        else:
+            self.job.replace_record(rec)
+        warning = refresh(self.job)
+        if warning and not self.warned:
+            print(f"launchers: {warning} (trying again)", file=sys.stderr)
+            self.warned = True
+        seen = (self.job.state, self.job.native_id, self._sizes())
+        self.delay = 1.0 if seen != self.last else min(5.0, self.delay * 1.5)
+        self.last = seen
+        return bool(self.job.state.is_final)
+
+    def _sizes(self) -> tuple[int, ...]:
+        return tuple((self.directory / n).stat().st_size if (self.directory / n).exists() else -1
+                     for n in ("job.out", "job.err"))

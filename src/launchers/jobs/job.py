@@ -398,6 +398,11 @@ def _owner_alive(record: StateRecord) -> bool:
     return owner.is_alive()
 
 
+def owner_alive(record: StateRecord) -> bool:
+    """Whether another live process owns (follows) the job of ``record``."""
+    return _owner_alive(record)
+
+
 def registered_job(directory: Path) -> Job | None:
     """The ``Job`` of ``directory`` in this process, if any."""
     with _jobs_lock:
@@ -548,4 +553,4 @@ def load_job(directory: str | os.PathLike[str]) -> Job:
     return Job(None, path, record)
 
 
-__all__ = ["Job", "launcher_info", "load_job", "submit_task"]
+__all__ = ["Job", "launcher_info", "load_job", "owner_alive", "submit_task"]

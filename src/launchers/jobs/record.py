@@ -51,6 +51,11 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
+def epoch_iso(seconds: float) -> str:
+    """Epoch seconds as ISO-8601 with the local UTC offset, second precision (as ``now_iso``)."""
+    return datetime.fromtimestamp(seconds, timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
 def iso_epoch(text: str | None) -> float | None:
     """Epoch seconds of an ISO-8601 time: ours, Slurm's local ``2026-01-01T10:00:00``, or
     UNICORE's ``2021-10-05T11:39:46+0200``; None if it is none of these."""

@@ -6,8 +6,11 @@ system's default work file system + ``/<user>/launchers``); files up to ``max_op
 go by direct ``ops/upload`` (pyfirecrest would stage those above 1 MiB); larger files are staged
 through the system's transfer backend (``dataOperation.data_transfer``) with pyfirecrest's
 ``upload()``, and refused before anything is sent when the system declares none; submission with
-``script_str`` + ``working_dir``; one jobs listing per cycle; a ``404 Job not found.`` within
-60 s of submission means "not visible yet". pyfirecrest is synchronous: calls run in threads.
+``script_str`` + ``working_dir``; per cycle, ``GET jobs/{id}`` for each of a few tracked jobs, one
+jobs listing (every job of the user in the site's window) for more; a ``404 Job not found.``
+within 60 s of submission means "not visible yet". Outputs are copied byte-exactly although
+firecREST decodes what it reads (``read_bytes_sync``); empty files are never uploaded (an empty
+upload never ends there). pyfirecrest is synchronous: calls run in threads.
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config.model import FirecrestSite
-from ..errors import AuthenticationError, LaunchersError, SubmissionError
+from ..errors import AuthenticationError, ConfigurationError, LaunchersError, SubmissionError
 from ..fsutil import atomic_write_text
 from ..jobs.executor import Executor, StateUpdate
-from ..jobs.record import now_iso
+from ..jobs.record import epoch_iso, now_iso
 from ..jobs.state import JobState
 from ..slurm.states import UnknownStateWarner, cancel_reason, map_state
 from ..units import format_size
@@ -54,6 +57,15 @@ if TYPE_CHECKING:
 
 #: a crashed submission is looked up by name for up to this long before giving up (seconds)
 RECONCILE_PATIENCE = 300.0
+#: after a submit that timed out (408: sbatch outlived firecREST's command timeout, the job may
+#: still appear), look for it by name this long before concluding it was not submitted
+SUBMIT_SETTLE = 30.0
+#: texts of firecREST's 500 when the site refuses its SSH connection
+SSH_REFUSED = ("Connect call failed", "Connection refused")
+#: bytes (``tail``) read from the end of a transfer job's log
+TRANSFER_LOG_BYTES = 64 * 1024
+#: a previous attempt's files in a reused run directory, removed before each submission
+STALE_OUTPUTS = ("job.out", "job.err", "job.rc")
 RECONCILE_FIRST_RETRY = 2.0
 #: lookups by name, 2 s apart, for a job that evidently started but is not listed yet
 RECONCILE_NAME_LAG_TRIES = 30
@@ -73,6 +85,15 @@ SLURM_TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "te
 #: transfer backends through which pyfirecrest's ``upload()`` stages a file itself ("wormhole"
 #: needs the external ``wormhole`` program and is not used)
 STAGING_METHODS = ("s3", "streamer")
+
+
+#: what ``FirecrestExecutor._get`` returns for a 404 and a 413
+_MISSING = object()
+_TOO_BIG = object()
+
+
+class SubmitTimedOut(LaunchersError):
+    """The submit timed out (408, or no answer): the job may exist all the same."""
 
 
 def _site_of(launcher: Any) -> FirecrestSite:
@@ -122,14 +143,71 @@ def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> Firecr
     return FirecrestExecutor(site, mantik=bool(data.get("mantik")), key=key)
 
 
+def error_message(error: BaseException) -> str:
+    """The ``message`` of the firecREST answer behind a pyfirecrest error (else its text)."""
+    responses = getattr(error, "responses", None)
+    if responses:
+        try:
+            body = responses[-1].json()
+        except ValueError:
+            return str(getattr(responses[-1], "text", ""))
+        if isinstance(body, Mapping):
+            return str(body.get("message") or body.get("error") or "")
+    return str(error)
+
+
+def ssh_unreachable(status: int | None, message: str) -> bool:
+    """firecREST could not reach the site over SSH, so nothing ran there: its answer to a
+    refused connection (500 with the OSError, ``Connect call failed``) or to a lost one (424)."""
+    return status == 424 or (status == 500 and any(t in message for t in SSH_REFUSED))
+
+
 def firecrest_transient(error: BaseException) -> bool:
     """Worth retrying here: pyfirecrest already waited out 429s (10 times, ``Retry-After``), so
-    an API 429 that reaches us is final for this call; the token endpoint's 429/5xx are retried."""
+    an API 429 that reaches us is final for this call; the token endpoint's 429/5xx are retried;
+    the site's SSH being unreachable (500 refused, 424) passes (docs/remote-sites.md)."""
     from firecrest.FirecrestException import ClientsCredentialsException
 
     if isinstance(error, ClientsCredentialsException):
         return status_of(error) in TRANSIENT_STATUS
-    return is_transient(error) and status_of(error) != 429
+    if is_transient(error) and status_of(error) != 429:
+        return True
+    return ssh_unreachable(status_of(error), error_message(error))
+
+
+def download_fits(size: int, max_ops: int) -> bool:
+    """Whether ``ops/download`` can send a file of ``size`` bytes: firecREST reads it as base64
+    (4 characters per 3 bytes) into a buffer of ``max_ops_file_size`` that it may not fill."""
+    return 4 * ((size + 2) // 3) < max_ops
+
+
+def exact_prefix(text: str) -> bytes:
+    """The bytes of a file that ``text`` (firecREST's UTF-8 decoding with replacement) gives
+    exactly: all of it up to its first U+FFFD, behind which the original bytes are unknown."""
+    cut = text.find("\ufffd")
+    return (text if cut < 0 else text[:cut]).encode("utf-8")
+
+
+def view_window(offset: int, want: int, max_ops: int) -> tuple[int, int]:
+    """(offset, size) of an ``ops/view`` whose answer starts at a byte we know: firecREST's view
+    ``dd``s two blocks of ``size`` from the block holding ``offset``, then slices *characters*
+    from ``offset % size``, so only a block boundary is a known place. Two blocks must stay
+    under ``max_ops_file_size`` (its output buffer)."""
+    size = max(1, min(want, max_ops // 2 - 1))
+    return offset - offset % size, size
+
+
+def block_at(offset: int, cap: int) -> int:
+    """The largest block size up to ``cap`` that ``offset`` is a multiple of (an ``ops/view``
+    block starting exactly there)."""
+    best, d = 1, 1
+    while d * d <= offset:
+        if offset % d == 0:
+            for size in (d, offset // d):
+                if best < size <= cap:
+                    best = size
+        d += 1
+    return best
 
 
 def _auth_class() -> Any:
@@ -173,6 +251,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         self._max_ops: int = DEFAULT_MAX_OPS
         self._transfer: Any = None
         self._warner = UnknownStateWarner()
+        self._lossy: set[str] = set()
 
     # -- client ----------------------------------------------------------------------------------
 
@@ -270,8 +349,12 @@ class FirecrestExecutor(RemoteOutputs, Executor):
     # -- submission ------------------------------------------------------------------------------
 
     def validate(self, launcher: Launcher, task: Task) -> None:
-        """Before anything is recorded: a command task, and the credential variables are set."""
+        """Before anything is recorded: a command task, a work directory firecREST can write, and
+        the credential variables are set."""
         check_task(task, "firecrest")
+        if self.site.workdir and "'" in self.site.workdir:
+            raise ConfigurationError(f"firecREST site {self.site.api_url}: workdir {self.site.workdir!r} contains ', "
+                                     "which firecREST's shell quoting cannot take")
         ids, secrets = self._names()
         where = f"firecREST site {self.site.api_url}"
         require_env(ids, f"{where}: no client id", os.environ)
@@ -281,12 +364,13 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         payload = attached_payload(job.directory) or task_payload(job, "firecrest")
         base = await asyncio.to_thread(self.base_dir)
         run_dir = posixpath.join(base, payload.run_id)
-        script = payload.script(run_dir)
+        name = payload.name_for(job.attempt)  # per attempt: a recovery never adopts an earlier one
+        script = payload.script(run_dir, name)
         atomic_write_text(job.paths.script, script)
-        job.apply(StateUpdate(state=JobState.SUBMITTING, detail="submitting to firecREST", job_name=payload.job_name,
+        job.apply(StateUpdate(state=JobState.SUBMITTING, detail="submitting to firecREST", job_name=name,
                               extra={"firecrest_site": self._site_record(), "run_dir": run_dir,
                                      "run_id": payload.run_id}))
-        jid = await asyncio.to_thread(self._submit_sync, run_dir, script, payload.uploads, payload.job_name)
+        jid = await asyncio.to_thread(self._submit_sync, run_dir, script, payload.uploads, name)
         job.runtime["submitted_mono"] = time.monotonic()
         job.apply(StateUpdate(state=JobState.PENDING, detail="submitted to firecREST", native_id=jid,
                               submitted_at=now_iso(), extra={"firecrest_submitted": time.time()}))
@@ -376,19 +460,6 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         if not any(mark in text for mark in _TRANSFER_DONE):
             raise LaunchersError(f"{what}: transfer job {job_id} did not report success: {text.strip()[-300:]!r}")
 
-    def _tail_text(self, c: Any, system: str, path: str) -> str | None:
-        """The end of a small remote text file (at most ``max_ops_file_size``); None if absent."""
-        try:
-            size = int(c.stat(system, path).get("size") or 0)
-        except Exception as e:
-            if status_of(e) == 404:
-                return None
-            raise
-        n = min(size, self._max_ops)
-        resp = c._get_request(endpoint=f"/filesystem/{system}/ops/view",
-                              params={"path": path, "offset": size - n, "size": n})  # fmt: skip
-        return str(c._check_response(resp, 200)["output"])
-
     def _cancel_transfer(self, job_id: Any) -> None:
         if job_id is None:
             return
@@ -404,16 +475,26 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         self._upload(client, directory, filename, data)
 
     def _submit_script(self, run_dir: str, script: str) -> str:
-        """POST the job; the site's job id."""
+        """POST the job; the site's job id. ``SubmitTimedOut`` when it may exist all the same."""
+        import httpx
 
         def refused_before_processing(e: BaseException) -> bool:
             if status_of(e) == 500 and any(t in self._message(e) for t in SLURM_TRANSIENT):
                 return True  # sbatch failed to reach the controller: the job was not accepted
-            return status_of(e) == 503 or (is_transient(e) and status_of(e) is None)
+            if status_of(e) == 500 and any(t in error_message(e) for t in SSH_REFUSED):
+                return True  # firecREST could not even connect to the site
+            return status_of(e) == 503 or isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
 
-        result = self._call("firecREST submit",
-                            lambda c: c.submit(self.site.machine, working_dir=run_dir, script_str=script),
-                            transient=refused_before_processing)
+        def submit(c: Any) -> Any:
+            try:
+                return c.submit(self.site.machine, working_dir=run_dir, script_str=script)
+            except Exception as e:
+                if status_of(e) == 408 or (isinstance(e, httpx.TimeoutException)
+                                           and not isinstance(e, httpx.ConnectTimeout)):
+                    raise SubmitTimedOut(f"firecREST submit: {self._message(e)}") from None
+                raise
+
+        result = self._call("firecREST submit", submit, transient=refused_before_processing)
         return str(result["jobId"])
 
     def _submit_sync(self, run_dir: str, script: str, uploads: Sequence[tuple[Path, str]], name: str) -> str:
@@ -432,16 +513,23 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                 f"(max_ops_file_size {format_size(self._max_ops)}); {advice}"
                 + ("" if len(too_big) == 1 else f" ({len(too_big) - 1} more such files)")
             )
+        empty = [rel for local, rel in uploads if local.stat().st_size == 0]
+        if empty:  # job.sh creates the project's empty files; an empty upload never ends (408)
+            raise SubmissionError(f"{empty[0]} is empty: firecREST cannot upload an empty file (it never answers); "
+                                  "it was not empty when the run was planned, run it again")
         staged = {rel for rel, _ in too_big}
         dirs = sorted({run_dir} | {posixpath.dirname(posixpath.join(run_dir, rel)) for _, rel in uploads})
         for d in dirs:
             self._mkdir(None, d)
-        items: list[tuple[Path | bytes, str]] = [(script.encode(), "job.sh")]
-        # a re-run uses the same run directory: empty the previous attempt's outputs and job.rc
-        items += [(b"", n) for n in ("job.out", "job.err", "job.rc")]
+        items: list[tuple[Path | bytes, str] | str] = [(script.encode(), "job.sh")]
+        # a re-run uses the same run directory: no previous attempt's outputs or job.rc may stay
+        items += list(STALE_OUTPUTS)
         items += [(local, rel) for local, rel in uploads]
 
-        def upload(item: tuple[Path | bytes, str]) -> None:
+        def upload(item: tuple[Path | bytes, str] | str) -> None:
+            if isinstance(item, str):
+                self._remove_stale(posixpath.join(run_dir, item))
+                return
             source, rel = item
             target = posixpath.join(run_dir, rel)
             if isinstance(source, Path) and rel in staged:
@@ -460,11 +548,27 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         try:
             return self._submit_script(run_dir, script)
         except LaunchersError as e:
-            found = self._find_by_name(name, run_dir)
+            # the site may have created the job anyway: after a timeout (408) sbatch goes on
+            settle = SUBMIT_SETTLE if isinstance(e, SubmitTimedOut) else 0.0
+            found = self._find_by_name(name, run_dir, patience=settle)
             if found is None:
                 raise SubmissionError(str(e)) from None
             log.warning("firecREST submit answered %s, but job %s named %s exists: adopted", e, found, name)
             return found
+
+    def _remove_stale(self, path: str) -> None:
+        """``ops/rm`` of a previous attempt's output in the run directory (none there is fine)."""
+        machine = self.site.machine
+        try:
+            with_retries(lambda: self.client().rm(machine, path), f"firecREST rm {path}",
+                         transient=firecrest_transient, secrets=self._secrets)
+        except LaunchersError:
+            raise
+        except Exception as e:
+            if status_of(e) == 404:
+                return
+            raise LaunchersError(f"removing the previous attempt's {posixpath.basename(path)}: "
+                                 f"{self._message(e)}") from None
 
     async def reconcile(self, job: Job) -> None:
         """A job found SUBMITTING after a crash: adopt the job of its name, else submit. A failed
@@ -486,7 +590,13 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                 log.warning("%s: looking for job %s failed (%s); retrying in %.0f s", job.task_id, name, e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 60.0)
-        if found is None and name and await self._started_remotely(job):
+        stale = False
+        if found is None and name and run_dir:
+            # ended before the jobs list's window (24 h from firecREST 2.5.7 on): its job.rc names
+            # it; a job.rc naming another job is an earlier attempt's (the crash came before it
+            # was removed): nothing of this attempt ran
+            found, stale = await asyncio.to_thread(self._named_in_rc, name, str(run_dir))
+        if found is None and name and not stale and await self._started_remotely(job):
             # Submitted and started, yet not listed under its name: right after a job ends,
             # Slurm's accounting may report the name as "allocation" for a while. Look again.
             for _ in range(RECONCILE_NAME_LAG_TRIES):
@@ -511,47 +621,111 @@ class FirecrestExecutor(RemoteOutputs, Executor):
 
     async def _started_remotely(self, job: Job) -> bool:
         """Whether this attempt's job has begun on the site: its run directory's ``job.out`` or
-        ``job.rc`` has content (both are emptied before each submission)."""
+        ``job.rc`` has content (both are removed before each submission)."""
+        run_dir = self._run_dir(job)
         for name in ("job.rc", "job.out"):
             try:
-                if await self.read_file(job, name):
+                if await asyncio.to_thread(self._size_of, posixpath.join(run_dir, name)):
                     return True
             except (LaunchersError, OSError):
                 continue
         return False
 
+    def _named_in_rc(self, name: str, run_dir: str) -> tuple[str | None, bool]:
+        """What the run directory's ``job.rc`` says: (the id of the job of this name that wrote
+        it; whether another job wrote it, an earlier attempt's left behind). Its ``job_name``
+        tells (``SLURM_JOB_NAME``); a job.rc without one is checked with ``GET jobs/{id}``
+        (sacct, without the list's time window). (None, False) when it cannot be told."""
+        try:
+            data = self.read_bytes_sync(posixpath.join(run_dir, "job.rc"))
+            record = json.loads(data) if data else None
+        except (LaunchersError, ValueError):
+            return None, False
+        if not isinstance(record, Mapping) or not record.get("native_id"):
+            return None, False
+        nid, writer = str(record["native_id"]), record.get("job_name")
+        if writer:
+            return (nid, False) if writer == name else (None, True)
+        try:
+            rows = self._call(f"firecREST job {nid}", lambda c: c.job_info(self.site.machine, nid), tries=3)
+        except LaunchersError:
+            return None, False
+        found = oldest_in(rows, name, run_dir, id_key="jobId", dir_key="workingDirectory")
+        # right after a job ends, accounting may name it "allocation" for a while: not a verdict
+        others = [r for r in rows if r.get("name") not in (name, "allocation", "", None)]
+        return found, found is None and bool(others)
+
     def _lookup_by_name(self, name: str, run_dir: str | None = None) -> str | None:
         """The oldest job of that name (in ``run_dir`` when the site tells each job's working
         directory: another experiment's job of the same task is not ours), or None; raises
-        LaunchersError when the site cannot say."""
-        jobs = self._call("firecREST jobs", lambda c: c.job_info(self.site.machine, name=name), tries=3)
-        return oldest_in(jobs, name, run_dir, id_key="jobId", dir_key="workingDirectory")
+        LaunchersError when the site cannot say. The ``name`` filter needs API 2.6.0 in
+        pyfirecrest; before, the whole list (every job of the user, in the site's window) is
+        read and filtered here."""
+        from firecrest.FirecrestException import NotImplementedOnAPIversion
 
-    def _find_by_name(self, name: str, run_dir: str | None = None) -> str | None:
-        """Like ``_lookup_by_name``, None when the lookup fails (only to adopt after an error)."""
-        try:
-            return self._lookup_by_name(name, run_dir)
-        except LaunchersError:
-            return None
+        machine = self.site.machine
+
+        def jobs(c: Any) -> Any:
+            try:
+                return c.job_info(machine, name=name)
+            except NotImplementedOnAPIversion:
+                return c.job_info(machine)
+
+        return oldest_in(self._call("firecREST jobs", jobs, tries=3), name, run_dir, id_key="jobId",
+                         dir_key="workingDirectory")
+
+    def _find_by_name(self, name: str, run_dir: str | None = None, patience: float = 0.0) -> str | None:
+        """Like ``_lookup_by_name``, None when the lookup fails (only to adopt after an error);
+        with ``patience``, looked for every 2 s for that long until found."""
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                found = self._lookup_by_name(name, run_dir)
+            except LaunchersError:
+                found = None
+            if found is not None or time.monotonic() >= deadline:
+                return found
+            time.sleep(RECONCILE_FIRST_RETRY)
 
     def _upload(self, client: Any, directory: str, filename: str, data: bytes) -> None:
         """``POST /filesystem/{machine}/ops/upload?path=DIR``, multipart ``file``: direct, whatever
-        the size up to ``max_ops_file_size`` (pyfirecrest's ``upload`` stages files from 1 MiB)."""
+        the size up to ``max_ops_file_size`` (pyfirecrest's ``upload`` stages files from 1 MiB).
+        Never an empty file: firecREST sends it nothing and never closes its input, the answer
+        is 408 after its command timeout."""
+        if not data:
+            raise LaunchersError(f"{posixpath.join(directory, filename)}: an empty file cannot be uploaded through "
+                                 "firecREST (it never answers); launchers creates empty files another way")
         resp = client._post_request(endpoint=f"/filesystem/{self.site.machine}/ops/upload",
                                     params={"path": directory}, files={"file": (filename, data)})
         client._check_response(resp, 204, return_json=False)
 
     # -- status ----------------------------------------------------------------------------------
 
+    #: up to this many tracked jobs are asked one by one (``GET jobs/{id}``): the list holds
+    #: every job of the user over a day (or a week), whatever its length
+    list_from = 9
+
     async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
         machine = self.site.machine
-        listing = await asyncio.to_thread(self._call, "firecREST jobs", lambda c: c.job_info(machine), tries=3)
-        rows = {str(j.get("jobId")): j for j in listing}
+        found: dict[Job, Mapping[str, Any] | None] = {}
+        if len(jobs) >= self.list_from:
+            listing = await asyncio.to_thread(self._call, "firecREST jobs", lambda c: c.job_info(machine), tries=3)
+            rows = {str(j.get("jobId")): j for j in listing}
+            found = {job: rows[str(job.native_id)] for job in jobs if str(job.native_id) in rows}
+        missing = [job for job in jobs if job not in found]
+        sem = asyncio.Semaphore(8)
+
+        async def one(job: Job) -> Mapping[str, Any] | None:
+            async with sem:
+                return await asyncio.to_thread(self._one_job, job)
+
+        answers = await asyncio.gather(*(one(job) for job in missing), return_exceptions=True)
+        if missing and not found and all(isinstance(a, BaseException) for a in answers):
+            raise LaunchersError(f"firecREST jobs: {answers[0]}")
+        found.update({job: a for job, a in zip(missing, answers, strict=True) if not isinstance(a, BaseException)})
         updates: dict[Job, StateUpdate] = {}
         for job in jobs:
-            row = rows.get(str(job.native_id))
-            if row is None:
-                row = await asyncio.to_thread(self._one_job, job)
+            row = found.get(job)
             if row is None:
                 continue
             update = await self._update_for(job, row)
@@ -588,6 +762,12 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         exit_code = status.get("exitCode")
         signal = status.get("interruptSignal") or None
         common: dict[str, Any] = {"slurm_state": raw, "extra": {"state_reason": reason}}
+        times = row.get("time") or {}
+        start, end = times.get("start"), times.get("end")
+        if state is not JobState.PENDING and isinstance(start, int) and start > 0:
+            common["started_at"] = epoch_iso(start)  # the site's; squeue's for a PENDING job is a guess
+        if state.is_final and isinstance(end, int) and end > 0:
+            common["ended_at"] = epoch_iso(end)
         if not state.is_final:
             if state is JobState.PENDING and reason and reason.lower() != "none":
                 common["reason"] = reason
@@ -624,41 +804,108 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         return str(d)
 
     async def read_file(self, job: Job, name: str, offset: int = 0) -> bytes | None:
-        """Bytes of ``RUN/name`` from ``offset`` (``ops/stat``, then ``ops/view`` in pieces of at
-        most ``max_ops_file_size``); None when the file does not exist."""
+        """Bytes of ``RUN/name`` from ``offset``, exactly as they are on the site; None when the
+        file does not exist."""
         path = posixpath.join(self._run_dir(job), name)
+        return await asyncio.to_thread(self.read_bytes_sync, path, offset)
+
+    def _get(self, what: str, op: str, params: Mapping[str, Any], *, as_json: bool = True) -> Any:
+        """``GET /filesystem/{machine}/ops/OP`` with retries: its JSON ``output`` (or its body);
+        ``_MISSING`` for 404, ``_TOO_BIG`` for 413 (the output did not fit firecREST's buffer)."""
         machine = self.site.machine
 
-        def read() -> bytes | None:
-            try:
-                st = with_retries(lambda: self.client().stat(machine, path), f"firecREST stat {name}", tries=4,
-                                  transient=firecrest_transient, secrets=self._secrets)
-            except Exception as e:
-                if status_of(e) in (404, 400):
+        def get() -> Any:
+            c = self.client()
+            resp = c._get_request(endpoint=f"/filesystem/{machine}/ops/{op}", params=dict(params))
+            if resp.status_code == 404:
+                return _MISSING
+            if resp.status_code == 413:
+                return _TOO_BIG
+            if as_json:
+                return c._check_response(resp, 200)["output"]
+            c._check_response(resp, 200, return_json=False)
+            return resp.content
+
+        try:
+            return with_retries(get, what, tries=4, transient=firecrest_transient, secrets=self._secrets)
+        except LaunchersError:
+            raise
+        except Exception as e:
+            raise LaunchersError(f"{what}: {self._message(e)}") from None
+
+    def _size_of(self, path: str) -> int | None:
+        """``ops/stat``'s size of ``path``; None when it does not exist."""
+        out = self._get(f"firecREST stat {path}", "stat", {"path": path})
+        return None if out is _MISSING else int(out.get("size") or 0)
+
+    def read_bytes_sync(self, path: str, offset: int = 0) -> bytes | None:
+        """The bytes of the remote ``path`` from ``offset``, byte-exact (None: no such file).
+
+        firecREST decodes what it reads as UTF-8 with replacement (``ops/tail``, ``ops/view``),
+        slices ``ops/view`` in characters, and refuses any output of ``max_ops_file_size`` bytes
+        (413): a whole file goes by ``ops/download`` (binary) while its base64 fits; new bytes
+        by ``tail --bytes=+N``, kept up to a U+FFFD; what follows one comes by ``download``; a
+        file too big for that goes by ``ops/view`` from block boundaries, and a byte there that
+        is not UTF-8 becomes ``?`` (logged once)."""
+        self.base_dir()  # max_ops_file_size of the system
+        if offset == 0:
+            data = self._get(f"firecREST download {path}", "download", {"path": path}, as_json=False)
+            if data is _MISSING:
+                return None
+            if data is not _TOO_BIG:
+                return bytes(data)
+        else:
+            out = self._get(f"firecREST tail {path}", "tail", {"path": path, "bytes": offset + 1,
+                                                               "skipHeading": True})
+            if out is _MISSING:
+                return None
+            if out is not _TOO_BIG:
+                text = str(out.get("content") or "")
+                good = exact_prefix(text)
+                if good or not text:
+                    return good
+                # not UTF-8 right at ``offset`` (or a character still being written)
+                data = self._get(f"firecREST download {path}", "download", {"path": path}, as_json=False)
+                if data is _MISSING:
                     return None
-                raise
-            size = int(st.get("size") or 0)
-            out = b""
-            pos = offset
-            while pos < size:
-                n = min(self._max_ops, size - pos)
+                if data is not _TOO_BIG:
+                    return bytes(data)[offset:]
+        size = self._size_of(path)
+        if size is None:
+            return None
+        out_bytes, pos = bytearray(), offset
+        while pos < size:
+            chunk = self._view_from(path, pos, size - pos)
+            if not chunk:
+                if path not in self._lossy:
+                    self._lossy.add(path)
+                    log.warning("%s: byte %d is not UTF-8 and the file is too big for ops/download: firecREST "
+                                "cannot send it exactly, written as '?'", path, pos)
+                chunk = b"?"
+            out_bytes += chunk
+            pos += len(chunk)
+        return bytes(out_bytes)
 
-                def view(pos: int = pos, n: int = n) -> str:
-                    c = self.client()
-                    resp = c._get_request(endpoint=f"/filesystem/{machine}/ops/view",
-                                          params={"path": path, "offset": pos, "size": n})
-                    return str(c._check_response(resp, 200)["output"])
+    def _view_from(self, path: str, offset: int, want: int) -> bytes:
+        """Exact bytes from ``offset`` through ``ops/view`` (about ``want`` at most); b"" when
+        the byte at ``offset`` is not UTF-8."""
+        start, size = view_window(offset, want, self._max_ops)
+        while True:
+            text = self._get(f"firecREST view {path}", "view", {"path": path, "offset": start, "size": size})
+            if text is _MISSING or text is _TOO_BIG:
+                raise LaunchersError(f"firecREST view {path}: the file is gone or cannot be read")
+            good = exact_prefix(str(text))
+            if len(good) > offset - start:
+                return good[offset - start:]
+            if start == offset:
+                return b""
+            # bytes before ``offset`` in the block are not UTF-8: a block that starts at offset
+            start, size = offset, block_at(offset, max(1, self._max_ops // 2 - 1))
 
-                text = with_retries(view, f"firecREST view {name}", tries=4, transient=firecrest_transient,
-                                   secrets=self._secrets)
-                chunk = text.encode("utf-8")
-                if not chunk:
-                    break
-                out += chunk
-                pos += n
-            return out
-
-        return await asyncio.to_thread(read)
+    def _tail_text(self, c: Any, system: str, path: str) -> str | None:
+        """The end of a small remote text file (``ops/tail``); None if absent."""
+        out = self._get(f"firecREST tail {path}", "tail", {"path": path, "bytes": TRANSFER_LOG_BYTES})
+        return None if out is _MISSING or out is _TOO_BIG else str(out.get("content") or "")
 
     # -- cancel ----------------------------------------------------------------------------------
 

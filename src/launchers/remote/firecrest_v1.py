@@ -75,6 +75,35 @@ class FirecrestV1Executor(FirecrestExecutor):
     def _upload_one(self, client: Any, directory: str, filename: str, data: bytes) -> None:
         client.simple_upload(self.site.machine, io.BytesIO(data), directory, filename=filename)
 
+    async def _started_remotely(self, job: Job) -> bool:
+        """Whether the run directory's ``job.rc`` or ``job.out`` has content (v1 reads them with
+        ``utilities/view``)."""
+        for name in ("job.rc", "job.out"):
+            try:
+                if await self.read_file(job, name):
+                    return True
+            except (LaunchersError, OSError):
+                continue
+        return False
+
+    def read_bytes_sync(self, path: str, offset: int = 0) -> bytes | None:
+        """``GET /utilities/view`` of the whole file (UTF-8 text), from ``offset``; None if missing."""
+        try:
+            text = with_retries(lambda: self.client().view(self.site.machine, path), f"firecREST view {path}",
+                                tries=4, transient=firecrest_transient, secrets=self._secrets)
+        except LaunchersError:
+            raise
+        except Exception as e:
+            if status_of(e) in (400, 404):
+                return None
+            raise LaunchersError(f"firecREST view {path}: {self._message(e)}") from None
+        return str(text).encode("utf-8")[offset:]
+
+    def _remove_stale(self, path: str) -> None:
+        """v1 overwrites a previous attempt's file with an empty upload (its upload takes one)."""
+        d, name = posixpath.split(path)
+        self._call(f"upload of {name}", lambda c: self._upload_one(c, d, name, b""))
+
     def _submit_script(self, run_dir: str, script: str) -> str:
         # a POST that creates a task is not repeated: a lost answer could mean a submitted job
         result = self._call("firecREST submit", lambda c: c.submit(self.site.machine, script_str=script), tries=1)
@@ -111,19 +140,7 @@ class FirecrestV1Executor(FirecrestExecutor):
     async def read_file(self, job: Job, name: str, offset: int = 0) -> bytes | None:
         """Bytes of ``RUN/name`` from ``offset`` (``GET /utilities/view``); None when missing."""
         path = posixpath.join(self._run_dir(job), name)
-        machine = self.site.machine
-
-        def read() -> bytes | None:
-            try:
-                text = with_retries(lambda: self.client().view(machine, path), f"firecREST view {name}", tries=4,
-                                    transient=firecrest_transient, secrets=self._secrets)
-            except Exception as e:
-                if status_of(e) in (400, 404):
-                    return None
-                raise
-            return str(text).encode("utf-8")[offset:]
-
-        return await asyncio.to_thread(read)
+        return await asyncio.to_thread(self.read_bytes_sync, path, offset)
 
     async def cancel(self, jobs: Sequence[Job]) -> None:
         machine = self.site.machine

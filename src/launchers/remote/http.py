@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import attrs
 
@@ -37,18 +37,41 @@ TRANSIENT_STATUS = frozenset({408, 429, 502, 503, 504})
 MAX_TRIES = 8
 
 
+class ScriptFor(Protocol):
+    """``job.sh`` for a run directory (None on UNICORE) and the attempt's job name (None: the
+    first attempt's)."""
+
+    def __call__(self, run_dir: str | None, job_name: str | None = None) -> str: ...
+
+
 @attrs.frozen
 class RemotePayload:
-    """What one remote job sends: files (local path, relative destination), the script for a
-    run directory (``script(run_dir)``), the UNICORE description and its ``BSS file`` (the
-    ``#SBATCH`` lines of a ``raw`` job), the run directory's name."""
+    """What one remote job sends: files (local path, relative destination; never an empty file:
+    ``job.sh`` creates those), the script (``script(run_dir, job_name)``), the UNICORE
+    description and the ``#SBATCH`` pairs of its ``BSS file`` (a ``raw`` job), the run
+    directory's name, and ``job_name``, the base of the site's job name (``name_for(attempt)``
+    adds ``-aN``)."""
 
     uploads: tuple[tuple[Path, str], ...]
-    script: Callable[[str | None], str] = attrs.field(eq=False)
+    script: ScriptFor = attrs.field(eq=False)
     run_id: str
     job_name: str
     description: Mapping[str, Any] | None = attrs.field(default=None, eq=False)
-    bss_file: str | None = None
+    bss_sbatch: tuple[tuple[str, str | bool], ...] | None = None
+
+    def bss_file(self, name: str) -> str | None:
+        """UNICORE's ``BSS file`` for the job name ``name`` (None: not a UNICORE job)."""
+        if self.bss_sbatch is None:
+            return None
+        from .script import unicore_bss_file
+
+        return unicore_bss_file(name, self.bss_sbatch)
+
+    def name_for(self, attempt: int) -> str:
+        """The job name of ``attempt`` at the site (``BASE-aN``)."""
+        from .script import attempt_job_name
+
+        return attempt_job_name(self.job_name, attempt)
 
 
 _payloads: dict[Path, RemotePayload] = {}
@@ -69,10 +92,11 @@ def attached_payload(directory: Path) -> RemotePayload | None:
 def remote_job_name(job: Job) -> str:
     """``NAME-DIGEST12-aN``: unique per task and attempt, as for Slurm jobs; a long name is
     shortened, never the suffix (a site allows 64 characters)."""
-    from .script import job_name
+    from .script import attempt_job_name, job_name
 
-    suffix = f"-{job.directory.name[:12]}-a{job.attempt}"
-    return job_name(job.name, 64 - len(suffix)) + job_name(suffix)
+    place = f"-{job.directory.name[:12]}"
+    return attempt_job_name(job_name(job.name, 64 - len(place) - len(f"-a{job.attempt}")) + job_name(place),
+                            job.attempt)
 
 
 def oldest_in(
@@ -115,7 +139,6 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
         render_job_script,
         run_id_for,
         sbatch_pairs,
-        unicore_bss_file,
         unicore_description,
     )
 
@@ -136,6 +159,7 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
     options = getattr(launcher, "options", None)
     account = resolve_account(getattr(options, "account", None), site)  # §1.2, as `launchers run`
     name = remote_job_name(job)
+    base = name[: -len(f"-a{job.attempt}")]
     run_id = run_id_for(job.task_id, job.directory)
     written = getattr(launcher, "resources", None)  # a Compute Backend Config's, sent as written
     resources = written if written is not None else resources_from_options(options)
@@ -146,9 +170,9 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
     else:
         sbatch = finder_pairs(launcher.sbatch_args(), account)
 
-    def script(run_dir: str | None) -> str:
+    def script(run_dir: str | None, job_name: str | None = None) -> str:
         return render_job_script(JobScriptSpec(
-            environment=env, command=command, transport=kind, run_dir=run_dir, job_name=name,
+            environment=env, command=command, transport=kind, run_dir=run_dir, job_name=job_name or name,
             sbatch=sbatch if kind == "firecrest" else (), exports=exports,
             cpus_per_node=resources.cpus_per_node, run_id=run_id,
         ))
@@ -156,9 +180,9 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
     description = bss = None
     if kind == "unicore":
         description = unicore_description(name=name, environment=env, task_id=job.task_id)
-        bss = unicore_bss_file(name, sbatch)
-    return RemotePayload(uploads=(), script=script, run_id=run_id, job_name=name, description=description,
-                         bss_file=bss)
+        bss = sbatch
+    return RemotePayload(uploads=(), script=script, run_id=run_id, job_name=base, description=description,
+                         bss_sbatch=bss)
 
 
 # -- credentials ------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import fcntl
 import json
+import os
 from typing import TYPE_CHECKING
 
 from ..fsutil import atomic_write_text
@@ -27,18 +29,23 @@ class RemoteOutputs(abc.ABC):
 
     async def sync_outputs(self, job: Job) -> int:
         """Append the new bytes of the remote ``job.out``/``job.err`` to the local copies;
-        returns how many bytes arrived."""
+        returns how many bytes arrived. Each local file is locked (``flock``) while it grows:
+        another process following the same job (``launchers logs --follow``, ``status``) skips
+        it meanwhile instead of appending the same bytes again."""
         lock = job.runtime.setdefault("output_lock", asyncio.Lock())
         total = 0
         async with lock:
             for name in OUTPUTS:
-                local = job.directory / name
-                offset = local.stat().st_size if local.exists() else 0
-                data = await self.read_file(job, name, offset)
-                if data:
-                    with open(local, "ab") as f:
+                with open(job.directory / name, "ab") as f:
+                    try:
+                        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue  # being copied by another process right now
+                    offset = os.fstat(f.fileno()).st_size
+                    data = await self.read_file(job, name, offset)
+                    if data:
                         f.write(data)
-                    total += len(data)
+                        total += len(data)
         return total
 
     async def fetch_rc(self, job: Job) -> RcRecord | None:

@@ -32,6 +32,7 @@ from .mlproject import (
 from .resources import Resources, resources_from_options
 from .script import (
     JobScriptSpec,
+    attempt_job_name,
     finder_pairs,
     job_name,
     render_job_script,
@@ -96,16 +97,25 @@ class RunPlan:
 
     @property
     def job_name(self) -> str:
-        """``NAME-XXXX``: the job's name at the site (``[A-Za-z0-9_.-]``, at most 64)."""
+        """``NAME-XXXX``: the base of the job's name at the site, ``NAME-XXXX-aN`` for attempt N
+        (``[A-Za-z0-9_.-]``, at most 64)."""
         return job_name(f"{self.task.name}-{self.task.digest[:4]}")
 
     @property
     def all_uploads(self) -> tuple[Upload, ...]:
-        """Project files then the local Apptainer image, if any."""
-        return self.uploads.uploads + ((self.image,) if self.image is not None else ())
+        """What is sent: the project files that are not empty, then the local Apptainer image."""
+        files = tuple(u for u in self.uploads.uploads if u.size > 0)
+        return files + ((self.image,) if self.image is not None else ())
 
-    def script(self, run_dir: str | None = None) -> str:
+    @property
+    def empty_files(self) -> tuple[str, ...]:
+        """Project files of size 0: ``job.sh`` creates them (an empty upload never ends on
+        firecREST; docs/remote-sites.md)."""
+        return tuple(u.relpath for u in self.uploads.uploads if u.size == 0)
+
+    def script(self, run_dir: str | None = None, job_name: str | None = None) -> str:
         """``job.sh``; firecREST needs the absolute run directory (known once the site answered).
+        ``job_name`` is the attempt's (default: the first attempt's, ``NAME-XXXX-a1``).
 
         For an SSH site: the script that the Slurm job script runs with ``bash -l`` in
         ``run_dir`` (the ``project/`` directory of the remote job directory)."""
@@ -117,11 +127,12 @@ class RunPlan:
                 command=self.command,
                 transport=self.kind,
                 run_dir=run_dir if self.kind in ("firecrest", "ssh") else None,
-                job_name=self.job_name,
+                job_name=job_name or attempt_job_name(self.job_name, 1),
                 sbatch=self.sbatch if self.kind == "firecrest" else (),
                 exports=self.exports,
                 cpus_per_node=self.resources.cpus_per_node if self.resources else None,
                 run_id=self.run_id,
+                empty_files=self.empty_files,
             )
         )
 
@@ -135,7 +146,7 @@ class RunPlan:
         """UNICORE's ``BSS file``: the run's ``#SBATCH`` lines, passed to Slurm unchanged."""
         if self.kind != "unicore":
             raise LaunchersError("only a UNICORE run has a BSS file")
-        return unicore_bss_file(self.job_name, self.sbatch)
+        return unicore_bss_file(attempt_job_name(self.job_name, 1), self.sbatch)
 
     def default_run_dir(self) -> str:
         """The run directory as far as known without asking the site (firecREST: ``BASE`` for
@@ -238,9 +249,14 @@ def plan_run(
     uploads = collect_uploads(project_path, rules) if kind in REMOTE_KINDS else collect_uploads(project_path, ExcludeRules())
     excluded = {e.relpath: e.pattern for e in uploads.excluded}
     problems = check_project_paths(environment, project_path, uploads.paths, excluded)
+    if kind == "firecrest":
+        problems += firecrest_name_problems(uploads)
     if problems:
         raise ConfigurationError(problems[0], problems=problems)
     image = _image_upload(environment, project_path, rules)
+    if kind == "firecrest" and image is not None and "'" in image.relpath:
+        raise ConfigurationError(f"{image.relpath}: firecREST cannot create a file whose name contains ' (its "
+                                 "server quotes paths with ' in shell commands and fails); rename the image")
     if image is not None and image.note:
         notes.append(f"{image.relpath}: {image.note}")
 
@@ -269,6 +285,14 @@ def plan_run(
         sbatch=sbatch,
         notes=tuple(notes),
     )
+
+
+def firecrest_name_problems(uploads: UploadSet) -> list[str]:
+    """Project paths that firecREST cannot write: it puts every path between single quotes in a
+    shell command, so a ``'`` ends in a 500 halfway through the upload (docs/remote-sites.md)."""
+    return [f"{u.relpath}: firecREST cannot create a file whose path contains ' (its server quotes paths "
+            "with ' in shell commands and fails); rename it, or leave it out with Exclude"
+            for u in uploads.uploads if "'" in u.relpath]
 
 
 def _image_upload(env: Environment, project_dir: Path, rules: ExcludeRules) -> Upload | None:

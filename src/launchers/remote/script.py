@@ -64,6 +64,13 @@ def job_name(text: str, limit: int = 64) -> str:
     return name or "launchers"
 
 
+def attempt_job_name(base: str, attempt: int) -> str:
+    """``BASE-aN``: the name of one attempt at the site, so that a crash recovery never takes an
+    earlier attempt's job for this one; ``BASE`` is shortened, never the suffix (64 at most)."""
+    suffix = f"-a{attempt}"
+    return job_name(base, 64 - len(suffix)) + suffix
+
+
 @attrs.frozen
 class JobScriptSpec:
     """Everything ``job.sh`` needs; ``run_dir`` is None for UNICORE (``$UC_WORKING_DIRECTORY``)."""
@@ -79,6 +86,8 @@ class JobScriptSpec:
     exports: tuple[tuple[str, str], ...] = ()
     cpus_per_node: int | None = None
     run_id: str = ""
+    #: project files of size 0, created by the script (firecREST never finishes an empty upload)
+    empty_files: tuple[str, ...] = ()
 
 
 def sbatch_pairs(resources: Resources, account: str | None, gpu_option: str = "gpus-per-node") -> tuple[tuple[str, str | bool], ...]:
@@ -165,8 +174,8 @@ _WRITE_RC = r"""    local host native tmp
     host=$(hostname 2>/dev/null || echo unknown)
     native=${SLURM_JOB_ID:+\"$SLURM_JOB_ID\"}
     tmp="$LAUNCHERS_WORKDIR/.job.rc.$$"
-    printf '{"rc": %d, "signal": %s, "attempt": 1, "native_id": %s, "host": "%s", "start": "%s", "end": "%s", "step": "%s"}\n' \
-        "$launchers_rc" "$launchers_signal" "${native:-null}" "$host" "$launchers_start" \
+    printf '{"rc": %d, "signal": %s, "attempt": 1, "native_id": %s, "job_name": "%s", "host": "%s", "start": "%s", "end": "%s", "step": "%s"}\n' \
+        "$launchers_rc" "$launchers_signal" "${native:-null}" "${SLURM_JOB_NAME:-}" "$host" "$launchers_start" \
         "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$launchers_failed_step" > "$tmp" \
         && { sync "$tmp" 2>/dev/null; mv -f "$tmp" "$LAUNCHERS_WORKDIR/job.rc"; }
 """
@@ -202,6 +211,8 @@ def render_job_script(spec: JobScriptSpec) -> str:
     lines.append('export LAUNCHERS_WORKDIR="$PWD"')
     lines.append('export MANTIK_WORKING_DIRECTORY="$LAUNCHERS_WORKDIR"')
     lines.append(_FINISH.replace("__WRITE_RC__", "" if spec.transport == "ssh" else _WRITE_RC))
+    if spec.empty_files:
+        lines += _step("empty project files", empty_files_line(spec.empty_files))
     # (3) variables
     for name, value in env.variables:
         lines.append(f"export {name}={quote_variable(value)}")
@@ -225,6 +236,14 @@ def render_job_script(spec: JobScriptSpec) -> str:
     lines.append("launchers_step=")
     lines.append('exit "$launchers_rc"')
     return "\n".join(lines) + "\n"
+
+
+def empty_files_line(paths: Sequence[str]) -> str:
+    """One shell line creating the empty files ``paths`` (relative, POSIX) and their directories."""
+    dirs = sorted({d for d in (p.rsplit("/", 1)[0] for p in paths if "/" in p)})
+    words = [f"mkdir -p -- {' '.join(sh_quote(d, what='a directory') for d in dirs)}"] if dirs else []
+    words += [f": > {sh_quote(p, what='a file name')}" for p in paths]
+    return " && ".join(words)
 
 
 def login_chain(snippets: Sequence[Snippet]) -> str:

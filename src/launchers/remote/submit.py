@@ -59,7 +59,7 @@ def plan_payload(plan: Any) -> RemotePayload:
         run_id=plan.run_id,
         job_name=plan.job_name,
         description=plan.description() if unicore else None,
-        bss_file=plan.bss_file() if unicore else None,
+        bss_sbatch=plan.sbatch if unicore else None,
     )
 
 
@@ -77,15 +77,19 @@ def run_project(plan: Any, *, follow: bool = True, cancel_on_interrupt: bool = F
         job = plan.task.submit(force=force)
     finally:
         xp.leave()
-    if previous is not None and not force:
-        print(f"launchers: run {plan.run_id} is already {previous.state.value}: following it", file=sys.stderr)
-    print(f"launchers: run {plan.run_id} submitted ({plan.kind}); its record: {job.directory}", file=sys.stderr)
-    if not follow:
-        _wait_submitted(job)
-        print(f"launchers: follow it with `launchers logs --follow {job.directory}`; "
-              f"cancel it with `launchers cancel {job.directory}`", file=sys.stderr)
-        return 1 if job.state.is_final and job.state is not JobState.COMPLETED else 0
     try:
+        if previous is not None and not force:
+            print(f"launchers: run {plan.run_id} is already {previous.state.value}: following it; its record: "
+                  f"{job.directory}", file=sys.stderr)
+        elif not _wait_submitted(job):
+            return 1  # refused: said why, nothing to follow
+        else:
+            print(f"launchers: run {plan.run_id} submitted ({plan.kind}, job {job.native_id}); its record: "
+                  f"{job.directory}", file=sys.stderr)
+        if not follow:
+            print(f"launchers: follow it with `launchers logs --follow {job.directory}`; "
+                  f"cancel it with `launchers cancel {job.directory}`", file=sys.stderr)
+            return 1 if job.state.is_final and job.state is not JobState.COMPLETED else 0
         return follow_job(job, sys.stdout.buffer, sys.stderr.buffer)
     except KeyboardInterrupt:
         if cancel_on_interrupt:
@@ -97,18 +101,26 @@ def run_project(plan: Any, *, follow: bool = True, cancel_on_interrupt: bool = F
                 print("launchers: the job is not final yet; check it with "
                       f"`launchers status {job.directory}`", file=sys.stderr)
             return 130
+        if job.native_id is None and not job.state.is_final:
+            print(f"\nlaunchers: interrupted while submitting run {plan.run_id}; the same `launchers run` "
+                  "finishes the submission, or adopts the job it reached", file=sys.stderr)
+            return 130
         print(f"\nlaunchers: detached; run {plan.run_id} keeps running. To follow or cancel it:\n"
-              f"  launchers status {job.directory}\n  launchers cancel {job.directory}", file=sys.stderr)
+              f"  launchers logs --follow {job.directory}\n  launchers status {job.directory}\n"
+              f"  launchers cancel {job.directory}", file=sys.stderr)
         return 130
 
 
-def _wait_submitted(job: Any, timeout: float = 600.0) -> None:
-    """Wait until the job left WAITING/SUBMITTING (the site accepted it, or refused it)."""
-    deadline = time.monotonic() + timeout
-    while job.state in (JobState.WAITING, JobState.SUBMITTING) and time.monotonic() < deadline:
+def _wait_submitted(job: Any) -> bool:
+    """Wait until the job left WAITING/SUBMITTING (uploads included, however long they take);
+    False, after saying why, when the site did not take it."""
+    while job.state in (JobState.WAITING, JobState.SUBMITTING):
         time.sleep(0.1)
-    if job.state.is_final and job.state is not JobState.COMPLETED:
-        print(f"launchers: run {job.task_id} {job.state.value}: {job.reason or ''}", file=sys.stderr)
+    if job.native_id is None and job.state.is_final:
+        detail = f": {job.reason}" if job.reason else ""
+        print(f"launchers: run {job.task_id} was not submitted ({job.state.value}{detail})", file=sys.stderr)
+        return False
+    return True
 
 
 def follow_job(job: Any, out: BinaryIO, err: BinaryIO) -> int:

@@ -128,6 +128,11 @@ def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> Unicor
 RECONCILE_CLOCK_SLACK = 3600.0
 
 
+def attempt_tag(run_id: str, attempt: int) -> str:
+    """The tag of one attempt of one run directory's job (``NAME-DIGEST-PLACE-aN``)."""
+    return f"{run_id}-a{attempt}"
+
+
 def tagged_choice(
     rows: Sequence[tuple[str, Mapping[str, Any]]], not_before: float | None
 ) -> tuple[str | None, list[str]]:
@@ -250,14 +255,21 @@ class UnicoreExecutor(RemoteOutputs, Executor):
 
     async def submit(self, job: Job) -> None:
         payload = attached_payload(job.directory) or task_payload(job, "unicore")
-        script = payload.script(None)
+        name = payload.name_for(job.attempt)
+        script = payload.script(None, name)
         atomic_write_text(job.paths.script, script)
-        job.apply(StateUpdate(state=JobState.SUBMITTING, detail="submitting to UNICORE", job_name=payload.job_name,
-                              extra={"unicore_site": self._site_record(), "run_id": payload.run_id}))
+        # tagged per run directory and attempt: a recovery never adopts an earlier attempt's job
+        tag = attempt_tag(payload.run_id, job.attempt)
+        job.apply(StateUpdate(state=JobState.SUBMITTING, detail="submitting to UNICORE", job_name=name,
+                              extra={"unicore_site": self._site_record(), "run_id": payload.run_id,
+                                     "unicore_tag": tag}))
         description = dict(payload.description or {})
+        description["Name"] = name
+        description["Tags"] = [*description.get("Tags", []), tag]
         files: list[tuple[Path | bytes, str]] = [(script.encode(), "job.sh")]
-        if payload.bss_file is not None:
-            files.append((payload.bss_file.encode(), UNICORE_BSS_FILE))
+        bss = payload.bss_file(name)
+        if bss is not None:
+            files.append((bss.encode(), UNICORE_BSS_FILE))
         files += [(local, rel) for local, rel in payload.uploads]
         url = await asyncio.to_thread(self._submit_sync, description, files)
         job.runtime["unicore_url"] = url
@@ -326,7 +338,8 @@ class UnicoreExecutor(RemoteOutputs, Executor):
     async def reconcile(self, job: Job) -> None:
         """A job found SUBMITTING after a crash: adopt the started UNICORE job tagged with its task
         id (destroying ones left READY, whose uploads may be incomplete), else submit."""
-        run_id = job.task_id
+        tag = job.record.extra.get("unicore_tag")
+        run_id = str(tag) if tag else job.task_id  # a record written before attempt tags: the task's
         since = submitting_since(job.record)
         not_before = None if since is None else since - RECONCILE_CLOCK_SLACK
         found = await asyncio.to_thread(self._find_tagged, run_id, not_before)
