@@ -15,6 +15,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# Property tests check answers, not speed (speed lives in benchmarks/): no per-example deadline,
+# which a loaded machine running the suite's workers in parallel would break at random.
+settings.register_profile("launchers", deadline=None)
+settings.load_profile("launchers")
 
 CLUSTER_SCRIPTS = pathlib.Path(__file__).parent / "cluster"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -1,22 +1,45 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone, as root on Debian 12:
 #   installs the package with its test tools, starts the real Slurm cluster and sshd
-#   (tests/cluster/start.sh), runs pytest, and stops what it started.
+#   (tests/cluster/start.sh), runs ruff, mypy and pytest, and stops what it started.
+# Most tests wait on Slurm, sshd or a loopback server rather than on the CPU, so pytest runs them
+# in parallel workers (pytest-xdist); tests marked `timing` assert wall-clock bounds and run
+# alone afterwards. Extra arguments go to one plain pytest run instead (docs/testing.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CLUSTER_DIR=${CLUSTER_DIR:-/tmp/slurm-sandbox}
+WORKERS=${PYTEST_WORKERS:-6}
+t0=$SECONDS
+stage() { echo "[run.sh $((SECONDS - t0))s] $*" >&2; }
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+stage "installed"
 started=0
+mypy_pid=
 cleanup() {
+  [[ -n $mypy_pid ]] && kill "$mypy_pid" 2>/dev/null || true
   if [[ $started == 1 && ${KEEP_CLUSTER:-0} != 1 ]]; then
     bash tests/cluster/stop.sh >/dev/null 2>&1 || true
   fi
 }
 trap cleanup EXIT
+# ruff and mypy need no cluster: mypy runs while the cluster starts
+python3 -m ruff check src tests
+python3 -m mypy >/tmp/launchers-mypy.log 2>&1 &
+mypy_pid=$!
 bash tests/cluster/start.sh >/tmp/launchers-cluster.env
 # stop on exit only what this run started (a reused, already running cluster is left alone)
 grep -q '^# start.sh: reused' /tmp/launchers-cluster.env || started=1
+stage "cluster up"
 set -a; source "$CLUSTER_DIR/env.sh"; set +a
-python3 -m ruff check src tests
-python3 -m mypy
-python3 -m pytest -q "$@"
+if ! wait "$mypy_pid"; then mypy_pid=; cat /tmp/launchers-mypy.log; exit 1; fi
+mypy_pid=
+cat /tmp/launchers-mypy.log
+stage "ruff and mypy clean"
+if [[ $# -gt 0 ]]; then
+  python3 -m pytest -q "$@"
+  exit
+fi
+python3 -m pytest -q -n "$WORKERS" --dist loadgroup -m "not timing"
+stage "parallel tests passed"
+python3 -m pytest -q -m timing
+stage "timing tests passed"

@@ -122,6 +122,7 @@ def test_failed_job_reports(tmp_path: Path) -> None:
         command(["sh", "-c", "echo boom >&2; exit 2"], name="boom").submit()
 
 
+@pytest.mark.timing
 def test_task_arriving_while_pilot_lingers(tmp_path: Path) -> None:
     b = batch(linger=5)
     ex = executor()
@@ -179,6 +180,7 @@ def test_timeout_through_batch(tmp_path: Path) -> None:
         assert j.wait(20) is JobState.TIMEOUT
 
 
+@pytest.mark.timing
 def test_cancel_the_batch_launcher(tmp_path: Path) -> None:
     b = batch(slots=1, kill_grace=1, linger=30)
     ex = executor()

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from launchers.batch import queue as Q
 from launchers.batch import runner as R
 
@@ -41,6 +43,7 @@ def wait_for(pred: Any, timeout: float = 20.0) -> None:
     raise AssertionError("condition not reached")
 
 
+@pytest.mark.timing
 def test_runs_tasks_in_parallel_and_lingers(tmp_path: Path) -> None:
     queue = Q.ensure_queue(tmp_path / "q")
     for i in range(6):
@@ -88,6 +91,7 @@ def test_two_runners_claim_each_task_exactly_once(tmp_path: Path) -> None:
     assert runners <= {"A", "B"}
 
 
+@pytest.mark.timing
 def test_timeout_term_then_kill(tmp_path: Path) -> None:
     queue = Q.ensure_queue(tmp_path / "q")
     Q.publish(queue, entry(tmp_path, "stubborn", ["sh", "-c", "trap '' TERM; sleep 30"], timeout=1))
@@ -98,6 +102,7 @@ def test_timeout_term_then_kill(tmp_path: Path) -> None:
     assert d["state"] == "TIMEOUT" and d["signal"] == signal.SIGKILL
 
 
+@pytest.mark.timing
 def test_drain_never_starts_a_task_that_cannot_finish(tmp_path: Path) -> None:
     queue = Q.ensure_queue(tmp_path / "q")
     Q.publish(queue, entry(tmp_path, "long", ["true"], duration=8))

@@ -22,7 +22,7 @@ from launchers.jobs import executor as jobs_executor
 TESTS = Path(__file__).parent
 SRC = TESTS.parent / "src"
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("batch-slurm")]  # pilots found by name in the queue
 
 
 def inner() -> SlurmLauncher:

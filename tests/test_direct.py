@@ -132,6 +132,7 @@ def test_reattach_and_rerun(tmp_path: Path) -> None:
     assert marker.read_text() == "run\n" * 3
 
 
+@pytest.mark.timing
 def test_cancel_and_lost(tmp_path: Path) -> None:
     with pytest.raises(ExperimentFailed) as info, experiment(tmp_path, direct(), progress=False):
         j = command(["sleep", "30"]).submit()

@@ -515,6 +515,7 @@ def test_slow_sbatch_answers_408_and_submits_all_the_same(firecrest_server: Fire
         time.sleep(0.2)
 
 
+@pytest.mark.timing
 def test_ssh_outage_500_then_503_until_a_health_check_sees_it_back(firecrest_server: FirecrestServer,
                                                                   fc: Any) -> None:
     """A refused SSH connection is 500 (the OSError); once a health check failed, 503 for every

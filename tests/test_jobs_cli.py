@@ -46,6 +46,7 @@ def test_submit_wait_jobs_logs(here: Path) -> None:
     assert {row["state"] for row in rows} == {"COMPLETED", "FAILED"}
 
 
+@pytest.mark.timing
 def test_submit_then_cancel(here: Path) -> None:
     r = cli("submit", "--json", "--", "sleep", "60", cwd=here)
     assert r.returncode == 0, r.stderr

@@ -59,6 +59,7 @@ def test_missing_program_is_a_connector_error(connector: LocalConnector) -> None
         run(connector.run(["/no/such/program"]))
 
 
+@pytest.mark.timing
 def test_timeout_kills_the_command(connector: LocalConnector, tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     t0 = time.monotonic()
@@ -68,6 +69,7 @@ def test_timeout_kills_the_command(connector: LocalConnector, tmp_path: Path) ->
     assert not alive(int(pidfile.read_text()))
 
 
+@pytest.mark.timing
 def test_a_grandchild_holding_the_pipes_delays_at_most_five_seconds(connector: LocalConnector) -> None:
     t0 = time.monotonic()
     with pytest.raises(ConnectorError, match="gave no answer"):
@@ -75,6 +77,7 @@ def test_a_grandchild_holding_the_pipes_delays_at_most_five_seconds(connector: L
     assert time.monotonic() - t0 < 8
 
 
+@pytest.mark.timing
 def test_a_background_child_with_its_own_output_does_not_delay(connector: LocalConnector) -> None:
     t0 = time.monotonic()
     res = run(connector.run(["sh", "-c", "sleep 5 >/dev/null 2>&1 & echo bg"]))

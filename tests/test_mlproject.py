@@ -474,8 +474,8 @@ def test_backend_config_resources_are_sent_as_written(tmp_path: Path, site: str,
     payload = task_payload(job, site)  # type: ignore[arg-type]
     if site == "unicore":
         assert payload.description is not None and "Resources" not in payload.description
-        assert payload.description["Job type"] == "raw" and payload.bss_file is not None
-    script = payload.bss_file if site == "unicore" else payload.script("/scratch/run")
+        assert payload.description["Job type"] == "raw" and payload.bss_file("x") is not None
+    script = payload.bss_file(payload.name_for(1)) if site == "unicore" else payload.script("/scratch/run")
     if script:
         for line in ("--partition=batch", "--time=0-00:02:00", "--nodes=2", "--ntasks=8", "--mem=1024M",
                      "--reservation=r1", "--qos=q", "--account=budget"):  # fmt: skip

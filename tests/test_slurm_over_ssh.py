@@ -140,7 +140,7 @@ def test_array_sized_to_the_submit_allowance_over_ssh(clean: dict[str, str], tmp
     each chunk, so no sbatch is refused; the rest waits and goes in as elements leave."""
     import subprocess
 
-    qos = "lnch_submit2"
+    qos = "lnch_submit2ssh"  # its own QoS: the per-user count is shared with test_slurm_runtime
     subprocess.run(["sacctmgr", "-i", "add", "qos", qos, "MaxSubmitJobsPerUser=2"], capture_output=True)
     subprocess.run(["sacctmgr", "-i", "modify", "user", "root", "set", f"qos+={qos}"], capture_output=True)
     info = clean
@@ -148,7 +148,7 @@ def test_array_sized_to_the_submit_allowance_over_ssh(clean: dict[str, str], tmp
                         workdir=str(tmp_path / "remote"))  # fmt: skip
     L = launcher(conf).config(qos=qos)
     with experiment(tmp_path / "exp", L):
-        elements = L.submit_array([command(["sh", "-c", f"sleep 1; echo e{i}"]) for i in range(5)])
+        elements = L.submit_array([command(["sh", "-c", f"sleep 1; echo e{i} over ssh"]) for i in range(5)])
     assert [j.state for j in elements] == [JobState.COMPLETED] * 5
     assert len({(j.native_id or "").split("_")[0] for j in elements}) == 3  # 2 + 2 + 1
     cmds = executor_commands()

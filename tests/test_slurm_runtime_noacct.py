@@ -27,7 +27,7 @@ NOACCT = {
     "CLUSTER_SLURMD_PORT_BASE": "8820",
 }
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("noacct")]  # its own cluster, fixed ports
 
 
 def _clean_env() -> dict[str, str]:

@@ -232,6 +232,7 @@ def test_submit_launcher_overrides_experiment(tmp_path: Path) -> None:
 
 
 # "`submit` does not wait for Slurm: it records the job and queues its submission."
+@pytest.mark.timing
 def test_submit_returns_at_once(tmp_path: Path) -> None:
     with pytest.raises(ExperimentFailed), experiment(tmp_path, DirectLauncher()) as xp:
         t0 = time.monotonic()
@@ -262,6 +263,7 @@ def test_job_members(tmp_path: Path) -> None:
 
 
 # "`.wait(timeout=None)`": a timeout does not block past it (jobs.md: `TimeoutError`)
+@pytest.mark.timing
 def test_wait_timeout(tmp_path: Path) -> None:
     with pytest.raises(ExperimentFailed), experiment(tmp_path, DirectLauncher()) as xp:
         job = command(["sleep", "30"]).submit()
@@ -662,6 +664,7 @@ def test_direct_failed_by_signal(tmp_path: Path) -> None:
 
 
 # "Cancel: SIGTERM to the process group, SIGKILL after `kill_grace` (10 s)."
+@pytest.mark.timing
 def test_direct_cancel_sigterm_process_group(tmp_path: Path) -> None:
     marker = tmp_path / "term"
     argv = ["sh", "-c", f"(trap 'echo child >> {marker}; exit 0' TERM; sleep 30 & wait) & "
@@ -1102,7 +1105,7 @@ def test_slurm_launcher_array_context(slurm: Any, tmp_path: Path) -> None:
 # else: ... the id found is adopted." "A job is never submitted twice"
 @pytest.mark.slurm
 def test_slurm_submitting_record_reconciled_by_name(slurm: Any, tmp_path: Path) -> None:
-    t = command(["sleep", "1"])
+    t = command(["sleep", "1.0"])  # a task (job name) of this test alone: the lookup is by name
     with experiment(tmp_path, slurm):
         first = t.submit()
     name = rec(first)["job_name"]
@@ -1120,7 +1123,7 @@ def test_slurm_submitting_record_reconciled_by_name(slurm: Any, tmp_path: Path) 
     code = ("import sys\nfrom launchers import command, experiment, find_launcher\n"
             "L = find_launcher('duration=5min & cpu(cores=1)', config=sys.argv[2])\n"
             "with experiment(sys.argv[1], L, progress=False):\n"
-            "    j = command(['sleep', '1']).submit()\n"
+            "    j = command(['sleep', '1.0']).submit()\n"
             "print(j.native_id, j.attempt, j.state.value)\n")  # fmt: skip
     res = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(tmp_path / "launchers.yaml")],
                          capture_output=True, text=True, timeout=60)  # fmt: skip

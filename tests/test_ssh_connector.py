@@ -232,6 +232,7 @@ def test_nasty_arguments_env_and_cwd_survive(sandbox: dict[str, str], tmp_path: 
         loop.close()
 
 
+@pytest.mark.timing
 @pytest.mark.ssh
 def test_timeout_closes_channel_and_kills_the_command(sandbox: dict[str, str]) -> None:
     async def body(c: SSHConnector) -> None:
@@ -590,6 +591,7 @@ def own_sshd(sandbox: dict[str, str], tmp_path: Path) -> Iterator[tuple[OwnSSHD,
         server.kill()
 
 
+@pytest.mark.timing
 @pytest.mark.ssh
 def test_reconnects_and_command_issued_during_outage_succeeds(own_sshd: tuple[OwnSSHD, SSHConnectorConfig]) -> None:
     server, conf = own_sshd
@@ -619,6 +621,7 @@ def test_reconnects_and_command_issued_during_outage_succeeds(own_sshd: tuple[Ow
         run(c.close())
 
 
+@pytest.mark.timing
 @pytest.mark.ssh
 def test_outage_longer_than_command_timeout_raises(own_sshd: tuple[OwnSSHD, SSHConnectorConfig]) -> None:
     server, conf = own_sshd

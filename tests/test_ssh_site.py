@@ -356,6 +356,7 @@ def test_experiment_tasks_on_an_ssh_site(mantik_env: Path, slurm_cluster: dict[s
     assert f"hello there in {remote}/project cpus=1\n" in (job.directory / "job.out").read_text()
 
 
+@pytest.mark.timing
 @pytest.mark.ssh
 @pytest.mark.slurm
 def test_refused_key_fails_the_run_at_once(mantik_env: Path, slurm_cluster: dict[str, str], tmp_path: Path,
@@ -369,5 +370,5 @@ def test_refused_key_fails_the_run_at_once(mantik_env: Path, slurm_cluster: dict
     assert main(["run", str(proj), "--backend-config", str(site_config(proj, slurm_cluster)),
                  "--workdir", str(tmp_path / "runs")]) == 1
     err = capfdbinary.readouterr()[1].decode()
-    assert "ended FAILED: " in err and "refused us" in err and "tried the key in MANTIK_SSH_PRIVATE_KEY: check it" in err
+    assert "was not submitted (FAILED: " in err and "refused us" in err and "tried the key in MANTIK_SSH_PRIVATE_KEY: check it" in err
     assert "retrying" not in err and time.monotonic() - t0 < 15

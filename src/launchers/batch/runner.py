@@ -300,6 +300,15 @@ class GroupGuard:
     def add(self, pgid: int) -> None:
         self._send("+%d\n" % pgid)
 
+    def add_self(self) -> None:
+        """In a task's child, before it runs anything: its new group is watched from the start
+        (the runner's own ``add`` after ``Popen`` comes too late if the runner dies in between)."""
+        if self.fd is not None:
+            try:
+                os.write(self.fd, b"+%d\n" % os.getpgrp())
+            except OSError:
+                pass
+
     def remove(self, pgid: int) -> None:
         self._send("-%d\n" % pgid)
 
@@ -498,11 +507,18 @@ class Runner:
                 err.write(banner.encode())
                 out.flush()
                 err.flush()
+                guard = self.guard
+
+                def in_child() -> None:  # after setsid, before exec (and before fds are closed)
+                    set_pdeathsig()
+                    if guard is not None:
+                        guard.add_self()
+
                 try:
                     popen = subprocess.Popen(
                         entry["argv"], cwd=entry.get("cwd") or directory, env=env, stdin=subprocess.DEVNULL,
                         stdout=out, stderr=err, start_new_session=True, close_fds=True,
-                        preexec_fn=set_pdeathsig,
+                        preexec_fn=in_child,
                     )
                 except (OSError, ValueError, KeyError, TypeError) as e:
                     err.write(("launchers: cannot start the task: %s\n" % e).encode())
