@@ -283,6 +283,21 @@ def test_config_and_max_array_size() -> None:
 # ---------------------------------------------------------------- convert
 
 
+def test_catch_all_partition_of_every_node_is_listed_last() -> None:
+    """Without partitions text, a partition holding every node, each also in another one (a
+    hidden site-wide partition), never comes first; a partition that alone holds some nodes
+    keeps its place."""
+    text = node("a1", partitions="All,small") + node("a2", partitions="All,small") + node("g1", partitions="All,gpu")
+    conv = convert_text(text)
+    assert list(yaml.safe_load(conv.text)["slurm"][0]["partitions"]) == ["small", "gpu", "All"]
+    assert any("partition All holds every node" in w for w in conv.warnings)
+    assert "# Listed last: All holds every node" in conv.text
+    text = node("a1", partitions="batch") + node("g1", partitions="batch,gpu")
+    conv = convert_text(text)
+    assert list(yaml.safe_load(conv.text)["slurm"][0]["partitions"]) == ["batch", "gpu"]
+    assert not any("holds every node" in w for w in conv.warnings)
+
+
 def test_convert_real_output_layout_and_load() -> None:
     result = convert_text(SANDBOX_NODES)
     assert (result.nodes, result.partitions, result.node_groups) == (4, 3, 7)

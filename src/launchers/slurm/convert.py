@@ -74,6 +74,22 @@ def group_nodes(nodes: Iterable[SlurmNode]) -> dict[str, list[NodeGroupSpec]]:
     }
 
 
+def catch_all_partitions(nodes: Sequence[SlurmNode]) -> list[str]:
+    """Partitions that hold every node while every node is also in another partition: the
+    administrators' catch-all kind (often ``Hidden`` or restricted by ``AllowGroups``), which
+    ``scontrol show nodes`` alone cannot tell apart from a usable one."""
+    placed = [n for n in nodes if n.partitions]
+    if not placed:
+        return []
+    names = list(dict.fromkeys(p for n in placed for p in n.partitions or ()))
+    if len(names) < 2:
+        return []
+    return [
+        name for name in names
+        if all(name in (n.partitions or ()) and len(set(n.partitions or ())) > 1 for n in placed)
+    ]
+
+
 def node_group_configuration(spec: NodeGroupSpec) -> dict[str, Any]:
     """The ``configuration`` mapping of a node group (``cpu.cores``, ``cpu.memory``, ``gpu.count``)."""
     cpu: dict[str, Any] = {}
@@ -350,6 +366,19 @@ def convert_nodes(
     )
     if slurm_partitions is None:
         header += _NO_PARTITIONS_NOTE
+        catch_all = catch_all_partitions(nodes)
+        if catch_all:
+            # listed last, so that they never come first in a --partition= list
+            partitions = {**{k: v for k, v in partitions.items() if k not in catch_all},
+                          **{k: partitions[k] for k in catch_all}}
+            names = ", ".join(catch_all)
+            header += _comment(
+                f"Listed last: {names} holds every node, each of which is also in another partition:\n"
+                "an administrators' catch-all partition (often Hidden=YES or AllowGroups-restricted);\n"
+                "remove it if you cannot use it, or give --partitions to decide."
+            )
+            warnings.append(f"{source}: partition {names} holds every node and every node is also in another "
+                            "partition: listed last (a catch-all partition, often hidden; --partitions decides)")
     header += notes
     document = build_document(partitions, group_id, no_hosts, choices)
     text = header + dump_yaml(document)
