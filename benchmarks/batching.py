@@ -39,10 +39,20 @@ PORTS = {
 
 
 def start_cluster(directory: str, latency: float) -> dict[str, str]:
-    env = dict(os.environ, CLUSTER_DIR=directory, CLUSTER_PROLOG_SLEEP=f"{latency:g}", CLUSTER_SSH="0", **PORTS)
+    env = dict(
+        os.environ,
+        CLUSTER_DIR=directory,
+        CLUSTER_PROLOG_SLEEP=f"{latency:g}",
+        CLUSTER_SSH="0",
+        **PORTS,
+    )
     out = subprocess.run(["bash", str(START)], env=env, check=True, capture_output=True, text=True,
                          stdin=subprocess.DEVNULL, timeout=900).stdout  # fmt: skip
-    info = dict(line[len("export "):].split("=", 1) for line in out.splitlines() if line.startswith("export "))
+    info = dict(
+        line[len("export ") :].split("=", 1)
+        for line in out.splitlines()
+        if line.startswith("export ")
+    )
     return {k: v.strip("'\"") for k, v in info.items()}
 
 
@@ -50,7 +60,7 @@ def read_env(directory: str) -> dict[str, str]:
     info = {}
     for line in Path(directory, "env.sh").read_text().splitlines():
         if line.startswith("export "):
-            k, _, v = line[len("export "):].partition("=")
+            k, _, v = line[len("export ") :].partition("=")
             info[k] = v.strip("'\"")
     return info
 
@@ -66,7 +76,13 @@ def inner_launcher() -> Any:
 
     return SlurmLauncher(
         group=SlurmGroup(id="bench"),
-        options={"partition": "debug", "qos": "bench", "cpus_per_task": 1, "mem": "256M", "time": "00:05:00"},
+        options={
+            "partition": "debug",
+            "qos": "bench",
+            "cpus_per_task": 1,
+            "mem": "256M",
+            "time": "00:05:00",
+        },
     )
 
 
@@ -110,7 +126,11 @@ def run_batched(n: int, t: float, work: Path, slots: int, linger: float) -> dict
     done = [Q.read_done(queue, j.task_id) or {} for j in xp.jobs]
     once = len(os.listdir(queue / "done")) == n and all(d.get("attempt") == 1 for d in done)
     for j in xp.jobs:
-        banners = [x for x in j.stdout_path.read_text().splitlines() if x.startswith("==== launchers: attempt")]
+        banners = [
+            x
+            for x in j.stdout_path.read_text().splitlines()
+            if x.startswith("==== launchers: attempt")
+        ]
         once = once and len(banners) == 1
     # idle tail: from the last task's end until the runner exits (its final heartbeat)
     deadline = time.monotonic() + linger + 30
@@ -129,11 +149,13 @@ def run_batched(n: int, t: float, work: Path, slots: int, linger: float) -> dict
 
 def run_wrap_loop(n: int, t: float, work: Path) -> dict[str, Any]:
     script = (
-        f'for i in $(seq {n}); do sbatch --parsable -p debug --qos=bench -c 1 --mem=256M -t 5 '
+        f"for i in $(seq {n}); do sbatch --parsable -p debug --qos=bench -c 1 --mem=256M -t 5 "
         f'-o /dev/null --wrap "sleep {t:g}" || exit 1; done'
     )
     t0 = time.monotonic()
-    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True, cwd=work).stdout
+    out = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, check=True, cwd=work
+    ).stdout
     ids = {line.split(";")[0] for line in out.split()}
     while True:
         q = subprocess.run(["squeue", "--noheader", "--states=all", "--format=%A|%T"], capture_output=True,
@@ -143,16 +165,25 @@ def run_wrap_loop(n: int, t: float, work: Path) -> dict[str, Any]:
             break
         time.sleep(0.25)
     makespan = time.monotonic() - t0
-    return {"makespan": makespan, "jobs": len(ids), "ok": all(states.get(i) == "COMPLETED" for i in ids)}
+    return {
+        "makespan": makespan,
+        "jobs": len(ids),
+        "ok": all(states.get(i) == "COMPLETED" for i in ids),
+    }
 
 
-def median_of(fn: Callable[[Path], dict[str, Any]], runs: int, base: Path, label: str) -> dict[str, Any]:
+def median_of(
+    fn: Callable[[Path], dict[str, Any]], runs: int, base: Path, label: str
+) -> dict[str, Any]:
     results = []
     for r in range(runs + 1):
         work = Path(tempfile.mkdtemp(prefix=f"{label}-{r}-", dir=base))
         res = fn(work)
         tag = "warm-up" if r == 0 else f"run {r}"
-        print(f"  {label:10s} {tag:8s} makespan {res['makespan']:7.2f} s  jobs {res['jobs']}", flush=True)
+        print(
+            f"  {label:10s} {tag:8s} makespan {res['makespan']:7.2f} s  jobs {res['jobs']}",
+            flush=True,
+        )
         if r > 0:
             results.append(res)
     out = dict(results[0])
@@ -199,7 +230,9 @@ def series(args: argparse.Namespace, t: float, base: Path) -> dict[str, Any]:
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> bool:
     ok = True
     print()
-    print(f"| t | one job each | sbatch --wrap loop | batched (S={args.slots}) | ratio | per-task overhead batched | idle tail | pilots | Slurm jobs one-each |")
+    print(
+        f"| t | one job each | sbatch --wrap loop | batched (S={args.slots}) | ratio | per-task overhead batched | idle tail | pilots | Slurm jobs one-each |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(
@@ -220,12 +253,16 @@ def main() -> int:
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--latency", type=float, default=3.0, help="Prolog sleep L (s)")
     p.add_argument("--slots", type=int, default=8)
-    p.add_argument("--j", type=int, default=4, help="MaxJobsPerUser of QoS bench (set by the cluster script)")
+    p.add_argument(
+        "--j", type=int, default=4, help="MaxJobsPerUser of QoS bench (set by the cluster script)"
+    )
     p.add_argument("--sleeps", type=float, nargs="+", default=[0.2, 1.0])
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--linger", type=float, default=5.0)
     p.add_argument("--cluster-dir", default="/tmp/slurm-bench")
-    p.add_argument("--reuse-cluster", action="store_true", help="use a running instance, do not stop it")
+    p.add_argument(
+        "--reuse-cluster", action="store_true", help="use a running instance, do not stop it"
+    )
     p.add_argument("--json", help="also write the results to this file")
     args = p.parse_args()
     if args.reuse_cluster:

@@ -41,7 +41,9 @@ def drain(name: str, cancel: bool = True) -> None:
     if cancel:
         subprocess.run(["scancel", f"--name={name}"], capture_output=True)
     for _ in range(300):
-        out = sh(["squeue", "-h", f"--name={name}", "--states=PENDING,RUNNING,COMPLETING", "-o", "%A"]).stdout
+        out = sh(
+            ["squeue", "-h", f"--name={name}", "--states=PENDING,RUNNING,COMPLETING", "-o", "%A"]
+        ).stdout
         if not out.strip():
             return
         time.sleep(0.2)
@@ -72,15 +74,21 @@ def held_rounds(n: int, workdir: Path, rounds: int) -> dict[str, object]:
     for r in range(rounds):
         plain.append(n / plain_loop(n, workdir, hold=True))
         t0 = time.perf_counter()
-        with contextlib.suppress(ExperimentFailed), experiment(workdir / f"held{r}", launcher, progress=False) as xp:
+        with (
+            contextlib.suppress(ExperimentFailed),
+            experiment(workdir / f"held{r}", launcher, progress=False) as xp,
+        ):
             jobs = [command(["true", f"held-{r}-{i}"]).submit() for i in range(n)]
             while any(j.native_id is None and not j.state.is_final for j in jobs):
                 time.sleep(0.005)
             mine.append(n / (time.perf_counter() - t0))
             xp.cancel()  # the experiment then ends with 200 cancelled jobs, as intended
         drain_all(workdir)
-    return {"plain": plain, "launchers": mine,
-            "ratio": statistics.median(mine) / statistics.median(plain)}
+    return {
+        "plain": plain,
+        "launchers": mine,
+        "ratio": statistics.median(mine) / statistics.median(plain),
+    }
 
 
 def drain_all(workdir: Path) -> None:
@@ -159,7 +167,9 @@ def _launcher() -> object:
     from launchers import SlurmLauncher
     from launchers.config.model import SlurmGroup
 
-    return SlurmLauncher(group=SlurmGroup(id="bench"), options={"partition": PARTITION, "time": "00:05:00"})
+    return SlurmLauncher(
+        group=SlurmGroup(id="bench"), options={"partition": PARTITION, "time": "00:05:00"}
+    )
 
 
 def ours_submit(n: int, workdir: Path) -> dict[str, float]:
@@ -281,7 +291,9 @@ def ratio_stats(mine: list[float], plain: list[float], resamples: int = 4000) ->
     rng = random.Random(20261126)
     boot = [stats([rng.choice(pairs) for _ in pairs]) for _ in range(resamples)]
     out: dict[str, float] = {}
-    for k, (name, value) in enumerate(zip(("medians", "geomean", "total"), stats(pairs), strict=True)):
+    for k, (name, value) in enumerate(
+        zip(("medians", "geomean", "total"), stats(pairs), strict=True)
+    ):
         ranked = sorted(b[k] for b in boot)
         out[name] = value
         out[f"{name}_lo"] = ranked[int(0.05 * resamples)]
@@ -309,33 +321,55 @@ def pool(paths: list[str]) -> int:
         plain += res["plain_loop_rates"]
         held_mine += res["held"]["launchers"]
         held_plain += res["held"]["plain"]
-    print(f"pooled {len(paths)} runs, jobs starting meanwhile: {describe(ratio_stats(mine, plain))}")
+    print(
+        f"pooled {len(paths)} runs, jobs starting meanwhile: {describe(ratio_stats(mine, plain))}"
+    )
     print(f"pooled {len(paths)} runs, held: {describe(ratio_stats(held_mine, held_plain))}")
     return 0
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--jobs", type=int, default=200)
-    ap.add_argument("--submitit-jobs", type=int, default=50, help="submitit is slow (0.2 s throttle)")
+    ap.add_argument(
+        "--submitit-jobs", type=int, default=50, help="submitit is slow (0.2 s throttle)"
+    )
     ap.add_argument("--track", type=int, default=2000)
     ap.add_argument("--no-submitit", action="store_true")
-    ap.add_argument("--repeat", type=int, default=15,
-                    help="alternating rounds of the plain loop and launchers (one round moves by 2x; "
-                         "pool several runs with --pool for a tighter interval)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=15,
+        help="alternating rounds of the plain loop and launchers (one round moves by 2x; "
+        "pool several runs with --pool for a tighter interval)",
+    )
     ap.add_argument("--json", help="write the numbers to this file")
-    ap.add_argument("--settle", type=float, default=330,
-                    help="wait at most this long (s) for slurmctld to forget earlier runs' jobs (330)")
-    ap.add_argument("--pool", nargs="+", metavar="JSON", help="print the pooled rounds of earlier --json runs")
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=330,
+        help="wait at most this long (s) for slurmctld to forget earlier runs' jobs (330)",
+    )
+    ap.add_argument(
+        "--pool", nargs="+", metavar="JSON", help="print the pooled rounds of earlier --json runs"
+    )
     args = ap.parse_args()
     if args.pool:
         return pool(args.pool)
     os.environ.setdefault("SLURM_CONF", "/tmp/slurm-sandbox/etc/slurm.conf")
     start_jobs = quiet_controller(500, args.settle)
-    with tempfile.TemporaryDirectory(prefix="bench-slurm-", dir=os.environ.get("CLUSTER_JOBS_DIR")) as tmp:
+    with tempfile.TemporaryDirectory(
+        prefix="bench-slurm-", dir=os.environ.get("CLUSTER_JOBS_DIR")
+    ) as tmp:
         work = Path(tmp)
         os.chmod(work, 0o777)
-        res: dict[str, object] = {"jobs": args.jobs, "repeat": args.repeat, "controller_jobs_at_start": start_jobs}
+        res: dict[str, object] = {
+            "jobs": args.jobs,
+            "repeat": args.repeat,
+            "controller_jobs_at_start": start_jobs,
+        }
         # The two loops alternate, and each rate is the median of its repeats: the cluster's
         # own load (jobs of the previous round still finishing, slurmctld's bookkeeping) moves
         # a single measurement of either by a factor of two on this machine.
@@ -363,9 +397,13 @@ def main() -> int:
         res.update({f"launchers_{k}": v for k, v in mine.items()})
         res["launchers_rate"] = statistics.median(m["rate"] for m in runs)
         res["rate_vs_plain"] = res["launchers_rate"] / res["plain_loop_rate"]  # type: ignore[operator]
-        res["rate_vs_plain_per_round"] = [m["rate"] / p for m, p in zip(runs, plain_rates, strict=True)]
+        res["rate_vs_plain_per_round"] = [
+            m["rate"] / p for m, p in zip(runs, plain_rates, strict=True)
+        ]
         # the same jobs per round on both sides: the ratio of total times is the ratio of rates
-        res["aggregate_rate_vs_plain"] = sum(args.jobs / r for r in plain_rates) / sum(m["submit_s"] for m in runs)
+        res["aggregate_rate_vs_plain"] = sum(args.jobs / r for r in plain_rates) / sum(
+            m["submit_s"] for m in runs
+        )
         res["unheld_stats"] = ratio_stats(res["launchers_rates"], plain_rates)  # type: ignore[arg-type]
         quiet_controller(9000 - 10 * args.jobs, args.settle)
         res["held"] = held_rounds(args.jobs, work, min(args.repeat, 5))  # stable: 5 suffice
@@ -383,9 +421,13 @@ def main() -> int:
     print(f"  {describe(res['unheld_stats'])}; slurmctld held {start_jobs} jobs at the start")  # type: ignore[arg-type]
     held = res["held"]
     assert isinstance(held, dict)
-    print(f"  held jobs (--hold, no job starts meanwhile): launchers {statistics.median(held['launchers']):.1f} jobs/s, "
-          f"plain loop {statistics.median(held['plain']):.1f} jobs/s -> {describe(held['stats'])}; rounds "
-          + ", ".join(f"{a:.0f}/{b:.0f}" for a, b in zip(held["launchers"], held["plain"], strict=True)))
+    print(
+        f"  held jobs (--hold, no job starts meanwhile): launchers {statistics.median(held['launchers']):.1f} jobs/s, "
+        f"plain loop {statistics.median(held['plain']):.1f} jobs/s -> {describe(held['stats'])}; rounds "
+        + ", ".join(
+            f"{a:.0f}/{b:.0f}" for a, b in zip(held["launchers"], held["plain"], strict=True)
+        )
+    )
     print("  rounds (launchers / plain): " + ", ".join(
         f"{a:.0f}/{b:.0f}" for a, b in zip(res["launchers_rates"], res["plain_loop_rates"], strict=True)))  # type: ignore[call-overload]  # fmt: skip
     if "submitit_rate" in res:

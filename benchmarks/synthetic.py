@@ -30,7 +30,11 @@ def _node(i: int, n_partitions: int) -> str:
         name = f"{prefix}-{i:05d}.rack{i % 7}"
     state = "IDLE" if i % 50 else "DOWN+NOT_RESPONDING"
     reason = "" if i % 50 else "\n   Reason=Not responding [slurm@2026-11-20T10:00:00]"
-    gres_count = f",gres/gpu={sum(int(g.split(':')[2].split('(')[0]) for g in gres.split(','))}" if gres != "(null)" else ""
+    gres_count = (
+        f",gres/gpu={sum(int(g.split(':')[2].split('(')[0]) for g in gres.split(','))}"
+        if gres != "(null)"
+        else ""
+    )
     return (
         f"NodeName={name} Arch=x86_64 CoresPerSocket={cpus // sockets} \n"
         f"   CPUAlloc=0 CPUEfctv={cpus} CPUTot={cpus} CPULoad=0.01\n"

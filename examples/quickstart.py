@@ -16,11 +16,19 @@ from launchers import command, experiment, find_launcher
 
 def main() -> int:
     launcher = find_launcher("duration=10 minutes & cpu(cores=1, mem=256M)")
-    where = "this machine, no launchers.yaml found" if getattr(launcher.group, "implicit", False) else launcher.group.label
+    where = (
+        "this machine, no launchers.yaml found"
+        if getattr(launcher.group, "implicit", False)
+        else launcher.group.label
+    )
     print(f"chosen launcher: {launcher.kind} ({where})")
-    workdir = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="launchers-"))
+    workdir = (
+        Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="launchers-"))
+    )
     with experiment(workdir, launcher=launcher):
-        hello = command(["python3", "-c", "import platform; print('hello from', platform.node())"], name="hello")
+        hello = command(
+            ["python3", "-c", "import platform; print('hello from', platform.node())"], name="hello"
+        )
         sums = command(["bash", "-c", 'echo "sum: $((6 * 7))"'], name="sum")
         jobs = [hello.submit(), sums.submit()]
     for job in jobs:

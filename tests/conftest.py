@@ -103,7 +103,12 @@ def _processes_under(root: pathlib.Path) -> list[str]:
 def _slurm_jobs_under(root: pathlib.Path) -> list[str]:
     """Live Slurm jobs (squeue) whose working directory is under ``root``; [] without Slurm."""
     try:
-        res = subprocess.run(["squeue", "--noheader", "--format=%i|%T|%Z"], capture_output=True, text=True, timeout=30)
+        res = subprocess.run(
+            ["squeue", "--noheader", "--format=%i|%T|%Z"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     if res.returncode != 0:
@@ -126,8 +131,13 @@ class Leftovers:
         self.lingering = self.lingering or lingering
 
     def pilots(self) -> list[Any]:
-        return [p for ex in self.executors for s in ex.shapes.values()
-                if str(s.queue).startswith(str(self.root)) for p in s.pilots]
+        return [
+            p
+            for ex in self.executors
+            for s in ex.shapes.values()
+            if str(s.queue).startswith(str(self.root))
+            for p in s.pilots
+        ]
 
     def end_pilots(self, timeout: float) -> list[Any]:
         """Wait for the pilots to end (their runners linger briefly), waking their trackers so the
@@ -156,8 +166,20 @@ class Leftovers:
 def cancel_in_another_process(job: Any, timeout: float) -> None:
     """``launchers cancel JOB_DIR`` run as its own process (it knows the job from its record only):
     it exits 0 once the job is CANCELLED."""
-    done = subprocess.run([sys.executable, "-m", "launchers", "cancel", "--timeout", f"{timeout:g}", str(job.directory)],
-                          capture_output=True, text=True, timeout=2 * timeout)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launchers",
+            "cancel",
+            "--timeout",
+            f"{timeout:g}",
+            str(job.directory),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=2 * timeout,
+    )
     assert done.returncode == 0, done.stderr
     assert "CANCELLED" in done.stdout
 
@@ -189,6 +211,8 @@ def leaves_nothing(tmp_path: pathlib.Path) -> Iterator[Leftovers]:
             os.kill(int(line.split(":")[0]), 9)
         except OSError:
             pass
-    assert not stuck, f"pilots still running after the test: {[(p.native_id, p.state) for p in stuck]}"
+    assert not stuck, (
+        f"pilots still running after the test: {[(p.native_id, p.state) for p in stuck]}"
+    )
     assert not jobs, f"Slurm jobs left by the test (cancelled now): {jobs}"
     assert not procs, f"processes left by the test (killed now): {procs}"

@@ -25,7 +25,9 @@ SECRETS = (UNICORE_PASSWORD, FIRECREST_SECRET)
 
 
 @pytest.fixture(name="unicore_server")
-def unicore_server_fixture(slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[UnicoreServer]:
+def unicore_server_fixture(
+    slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[UnicoreServer]:
     """A UNICORE site with user alice; LAUNCHERS_UNICORE_USERNAME/_PASSWORD set; polls every 1 s."""
     from launchers.remote.unicore_executor import UnicoreExecutor
 
@@ -44,12 +46,16 @@ def unicore_server_fixture(slurm_cluster: dict[str, str], tmp_path: Path, monkey
 
 
 @pytest.fixture(name="firecrest_server")
-def firecrest_server_fixture(slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FirecrestServer]:
+def firecrest_server_fixture(
+    slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FirecrestServer]:
     """A firecREST system ``cluster`` with one client (user bob); tokens live 62 s, so with the
     60 s renewal margin every token is renewed after about 2 s."""
     from launchers.remote.firecrest_executor import FirecrestExecutor
 
-    server = FirecrestServer(tmp_path / "firecrest-fs", {FIRECREST_ID: (FIRECREST_SECRET, FIRECREST_USER)})
+    server = FirecrestServer(
+        tmp_path / "firecrest-fs", {FIRECREST_ID: (FIRECREST_SECRET, FIRECREST_USER)}
+    )
     server.token_lifetime = 62
     server.start()
     monkeypatch.setenv("LAUNCHERS_FIRECREST_CLIENT_ID", FIRECREST_ID)

@@ -23,7 +23,8 @@ cleanup() {
 }
 trap cleanup EXIT
 # ruff and mypy need no cluster: mypy runs while the cluster starts
-python3 -m ruff check src tests
+python3 -m ruff check src tests benchmarks
+python3 -m ruff format --check src tests benchmarks examples
 python3 -m mypy >/tmp/launchers-mypy.log 2>&1 &
 mypy_pid=$!
 bash tests/cluster/start.sh >/tmp/launchers-cluster.env

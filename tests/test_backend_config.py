@@ -75,7 +75,11 @@ def test_json_equals_yaml(tmp_path: Path) -> None:
     data = yaml.safe_load(GOOD)
     a = load_backend_config(write(tmp_path, GOOD), environ={})
     b = load_backend_config(write(tmp_path, json.dumps(data, indent=1), "backend.json"), environ={})
-    assert (a.site, a.environment.variables, a.resources) == (b.site, b.environment.variables, b.resources)
+    assert (a.site, a.environment.variables, a.resources) == (
+        b.site,
+        b.environment.variables,
+        b.resources,
+    )
 
 
 def test_firecrest_site(tmp_path: Path) -> None:
@@ -84,7 +88,9 @@ Firecrest: {ApiUrl: "https://api.example/", TokenUrl: "https://auth.example/toke
 Resources: {Queue: normal, Runtime: 90m, CPUsPerNode: 8, MemoryPerNode: 1.5G, GPUsPerNode: 1}
 """
     cfg = load_backend_config(write(tmp_path, text), environ={})
-    assert cfg.site == FirecrestSite(api_url="https://api.example", token_url="https://auth.example/token", machine="daint")
+    assert cfg.site == FirecrestSite(
+        api_url="https://api.example", token_url="https://auth.example/token", machine="daint"
+    )
     assert dict(sbatch_pairs(cfg.resources, "acct")) == {
         "partition": "normal",
         "time": "0-01:30:00",
@@ -102,7 +108,13 @@ def test_suffix(tmp_path: Path) -> None:
 
 
 def test_spec_example_format(tmp_path: Path) -> None:
-    text = "UnicoreApiUrl: " + URL + "\n" + "\n" * 5 + "Resources:\n  Queue: batch\n  MemoryPerNode: 16\n"
+    text = (
+        "UnicoreApiUrl: "
+        + URL
+        + "\n"
+        + "\n" * 5
+        + "Resources:\n  Queue: batch\n  MemoryPerNode: 16\n"
+    )
     assert one_error(tmp_path, text) == (
         f"{tmp_path / 'backend.yaml'}:9:18: Resources.MemoryPerNode: '16' has no unit; "
         "write a size such as 16G (binary, as in Slurm)"
@@ -138,14 +150,34 @@ Exclude: [""]
 @pytest.mark.parametrize(
     ("text", "key", "fragment"),
     [
-        ("UnicoreApiUrl: {u}\nResources: {{Queue: q}}\nunicoreApiUrl: x\n", "unicoreApiUrl", "did you mean 'UnicoreApiUrl'"),
-        ("UnicoreApiUrl: {u}\nFirecrest: {{ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m}}\nResources: {{Queue: q}}\n", "Firecrest", "both set"),
+        (
+            "UnicoreApiUrl: {u}\nResources: {{Queue: q}}\nunicoreApiUrl: x\n",
+            "unicoreApiUrl",
+            "did you mean 'UnicoreApiUrl'",
+        ),
+        (
+            "UnicoreApiUrl: {u}\nFirecrest: {{ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m}}\nResources: {{Queue: q}}\n",
+            "Firecrest",
+            "both set",
+        ),
         ("Resources: {{Queue: q}}\n", "", "--group ID"),
         ("UnicoreApiUrl: 12\nResources: {{Queue: q}}\n", "UnicoreApiUrl", "expected a URL"),
-        ("Firecrest: {{ApiUrl: 'https://a', Machine: m}}\nResources: {{Queue: q}}\n", "Firecrest.TokenUrl", "required"),
-        ("Firecrest: {{ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m, machine: n}}\nResources: {{Queue: q}}\n", "Firecrest.machine", "did you mean 'Machine'"),
+        (
+            "Firecrest: {{ApiUrl: 'https://a', Machine: m}}\nResources: {{Queue: q}}\n",
+            "Firecrest.TokenUrl",
+            "required",
+        ),
+        (
+            "Firecrest: {{ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m, machine: n}}\nResources: {{Queue: q}}\n",
+            "Firecrest.machine",
+            "did you mean 'Machine'",
+        ),
         ("UnicoreApiUrl: {u}\n", "Resources", "required"),
-        ("UnicoreApiUrl: {u}\nResources: {{Queue: q}}\nExclude: '*.csv'\n", "Exclude", "list of patterns"),
+        (
+            "UnicoreApiUrl: {u}\nResources: {{Queue: q}}\nExclude: '*.csv'\n",
+            "Exclude",
+            "list of patterns",
+        ),
         ("UnicoreApiUrl: {u}\nResources: {{Queue: q}}\nExclude: [3]\n", "Exclude[0]", "string"),
     ],
 )
@@ -158,7 +190,11 @@ def test_top_level_rules(tmp_path: Path, text: str, key: str, fragment: str) -> 
 @pytest.mark.parametrize(
     ("resources", "key", "fragment"),
     [
-        ("{Queue: q, Runtime: 45}", "Runtime", "a duration needs a unit (45s, 45m"),  # Mantik: value 4, unit 5
+        (
+            "{Queue: q, Runtime: 45}",
+            "Runtime",
+            "a duration needs a unit (45s, 45m",
+        ),  # Mantik: value 4, unit 5
         ("{Queue: q, Runtime: '45'}", "Runtime", "a duration needs a unit"),
         ("{Queue: q, Runtime: 1h30m}", "Runtime", "such as 90m"),
         ("{Queue: q, Runtime: 3 fortnights}", "Runtime", "unknown duration unit"),
@@ -187,13 +223,21 @@ def test_resource_rules(tmp_path: Path, resources: str, key: str, fragment: str)
 
 
 def test_memory_alias_and_zero_gpus(tmp_path: Path) -> None:
-    cfg = load_backend_config(write(tmp_path, f"UnicoreApiUrl: {URL}\nResources: {{Queue: q, Memory: 1000MB, GPUsPerNode: 0}}\n"), environ={})
+    cfg = load_backend_config(
+        write(
+            tmp_path,
+            f"UnicoreApiUrl: {URL}\nResources: {{Queue: q, Memory: 1000MB, GPUsPerNode: 0}}\n",
+        ),
+        environ={},
+    )
     assert cfg.resources.unicore() == {"Queue": "q", "GPUsPerNode": 0, "MemoryPerNode": "954M"}
 
 
 def test_total_and_per_node_cpus(tmp_path: Path) -> None:
     res = "Resources: {Queue: q, TotalCPUs: 8, CPUsPerNode: 4}\n"
-    line = one_error(tmp_path, "Firecrest: {ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m}\n" + res)
+    line = one_error(
+        tmp_path, "Firecrest: {ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m}\n" + res
+    )
     assert ": Resources.TotalCPUs: " in line and "multiply" in line
 
 
@@ -202,10 +246,22 @@ def test_total_and_per_node_cpus(tmp_path: Path) -> None:
     [
         ("{Apptainer: {Path: a.sif}, Python: /venv}", "Environment.Python", "cannot both"),
         ("{Apptainer: {Path: img.sif, Type: remote}}", "Environment.Apptainer.Path", "absolute"),
-        ("{Apptainer: {Path: img.sif, Type: docker}}", "Environment.Apptainer.Type", "local or remote"),
+        (
+            "{Apptainer: {Path: img.sif, Type: docker}}",
+            "Environment.Apptainer.Type",
+            "local or remote",
+        ),
         ("{Apptainer: {Type: local}}", "Environment.Apptainer", "Path"),
-        ("{Apptainer: {Path: a.sif, Options: [\"-B 'x\"]}}", "Environment.Apptainer.Options[0]", "split"),
-        ("{Apptainer: {Path: a.sif, Option: -B}}", "Environment.Apptainer.Option", "did you mean 'Options'"),
+        (
+            '{Apptainer: {Path: a.sif, Options: ["-B \'x"]}}',
+            "Environment.Apptainer.Options[0]",
+            "split",
+        ),
+        (
+            "{Apptainer: {Path: a.sif, Option: -B}}",
+            "Environment.Apptainer.Option",
+            "did you mean 'Options'",
+        ),
         ("{Python: {Pth: /v}}", "Environment.Python.Pth", "did you mean 'Path'"),
         ("{Python: 3}", "Environment.Python", "string"),
         ("{Modules: CUDA}", "Environment.Modules", "write [CUDA]"),
@@ -215,15 +271,24 @@ def test_total_and_per_node_cpus(tmp_path: Path) -> None:
         ("{Variables: {X: [1]}}", "Environment.Variables.X", "a string or a number"),
         ("{Variables: {1X: a}}", "Environment.Variables.1X", "not a variable name"),
         ("{Variables: [X]}", "Environment.Variables", "mapping"),
-        ("{PreRunCommandOnComputeNode: [echo, 1]}", "Environment.PreRunCommandOnComputeNode[1]",
-         "write it in quotes: \"1\" (Mantik 0.5 converts it with str() and runs the command '1')"),
-        ("{PostRunCommandOnComputeNode: {a: b}}", "Environment.PostRunCommandOnComputeNode", "string or a list"),
+        (
+            "{PreRunCommandOnComputeNode: [echo, 1]}",
+            "Environment.PreRunCommandOnComputeNode[1]",
+            "write it in quotes: \"1\" (Mantik 0.5 converts it with str() and runs the command '1')",
+        ),
+        (
+            "{PostRunCommandOnComputeNode: {a: b}}",
+            "Environment.PostRunCommandOnComputeNode",
+            "string or a list",
+        ),
         ("{PreRunCommandOnComputeNode: ''}", "Environment.PreRunCommandOnComputeNode", "empty"),
         ("{modules: [a]}", "Environment.modules", "did you mean 'Modules'"),
     ],
 )
 def test_environment_rules(tmp_path: Path, environment: str, key: str, fragment: str) -> None:
-    line = one_error(tmp_path, f"UnicoreApiUrl: {URL}\nEnvironment: {environment}\nResources: {{Queue: q}}\n")
+    line = one_error(
+        tmp_path, f"UnicoreApiUrl: {URL}\nEnvironment: {environment}\nResources: {{Queue: q}}\n"
+    )
     assert f": {key}: " in line
     assert fragment in line
 
@@ -245,17 +310,25 @@ Resources: {{Queue: q}}
 
 
 def test_login_commands_refused_for_firecrest(tmp_path: Path) -> None:
-    text = "Firecrest: {ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m}\n" \
-           "Environment: {PostRunCommandOnLoginNode: [echo]}\nResources: {Queue: q}\n"
+    text = (
+        "Firecrest: {ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m}\n"
+        "Environment: {PostRunCommandOnLoginNode: [echo]}\nResources: {Queue: q}\n"
+    )
     line = one_error(tmp_path, text)
-    assert ": Environment.PostRunCommandOnLoginNode: " in line and "PostRunCommandOnComputeNode" in line
+    assert (
+        ": Environment.PostRunCommandOnLoginNode: " in line
+        and "PostRunCommandOnComputeNode" in line
+    )
 
 
 @pytest.mark.parametrize(
     ("text", "name"),
     [
         ("UnicoreApiUrl: a\nUnicoreApiUrl: b\n", "backend.yaml"),
-        ('{"UnicoreApiUrl": "https://a/b", "Resources": {"Queue": "x", "Queue": "y"}}', "backend.json"),
+        (
+            '{"UnicoreApiUrl": "https://a/b", "Resources": {"Queue": "x", "Queue": "y"}}',
+            "backend.json",
+        ),
         ('{"UnicoreApiUrl": "https://a/b",\t"UnicoreApiUrl": "https://c"}', "backend.json"),
     ],
 )
@@ -295,7 +368,10 @@ def test_site_from_group(tmp_path: Path) -> None:
     cfg = load_config_text(GROUPS, "launchers.yaml")
     group = cfg.groups[0]
     assert isinstance(group, UnicoreGroup)
-    p = write(tmp_path, "Environment: {Variables: {F: file}}\nResources: {Queue: booster, GPUsPerNode: 2}\n")
+    p = write(
+        tmp_path,
+        "Environment: {Variables: {F: file}}\nResources: {Queue: booster, GPUsPerNode: 2}\n",
+    )
     bc = load_backend_config(p, group=group, environ={})
     assert bc.site_kind == "unicore" and bc.account == "proj" and bc.group == "juwels"
     assert bc.environment.modules == ("Stages/2024",)  # from the group
@@ -321,6 +397,13 @@ def test_mantik_memory_text_is_a_size_for_both_sites(tmp_path: Path) -> None:
     """§1.5: Mantik crashed on `MemoryPerNode: 16G` for firecREST and sent the text to UNICORE."""
     res = "Resources: {Queue: q, MemoryPerNode: 16G}\n"
     uc = load_backend_config(write(tmp_path, f"UnicoreApiUrl: {URL}\n" + res), environ={})
-    fc = load_backend_config(write(tmp_path, "Firecrest: {ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m}\n" + res, "f.yaml"), environ={})
+    fc = load_backend_config(
+        write(
+            tmp_path,
+            "Firecrest: {ApiUrl: 'https://a', TokenUrl: 'https://b', Machine: m}\n" + res,
+            "f.yaml",
+        ),
+        environ={},
+    )
     assert uc.resources.unicore()["MemoryPerNode"] == "16384M"
     assert ("mem", "16384M") in sbatch_pairs(fc.resources, None)

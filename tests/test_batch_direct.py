@@ -52,7 +52,13 @@ def executor() -> BatchExecutor:
 
 def test_options_and_errors() -> None:
     b = DirectLauncher().batched()
-    assert (b.slots, b.linger, b.walltime, b.task_timeout, b.max_attempts) == ("auto", 120, None, None, 3)
+    assert (b.slots, b.linger, b.walltime, b.task_timeout, b.max_attempts) == (
+        "auto",
+        120,
+        None,
+        None,
+        3,
+    )
     assert (b.drain_margin, b.max_pilots, b.scale_after, b.kill_grace) == (300, 1, 300, 30)
     assert BatchLauncher(DirectLauncher(), linger="90s", walltime="2h").walltime == 7200
     with pytest.raises(ConfigurationError, match="linger"):
@@ -63,8 +69,12 @@ def test_options_and_errors() -> None:
 
 
 def test_shapes_slots_walltime() -> None:
-    s1 = SlurmLauncher(options={"partition": "cpu", "cpus_per_task": 2, "mem": "1G", "time": "1:00:00"})
-    s2 = SlurmLauncher(options={"partition": "cpu", "cpus_per_task": 2, "mem": "1G", "time": "2:00:00"})
+    s1 = SlurmLauncher(
+        options={"partition": "cpu", "cpus_per_task": 2, "mem": "1G", "time": "1:00:00"}
+    )
+    s2 = SlurmLauncher(
+        options={"partition": "cpu", "cpus_per_task": 2, "mem": "1G", "time": "2:00:00"}
+    )
     s3 = SlurmLauncher(options={"partition": "cpu", "cpus_per_task": 4, "mem": "1G"})
     assert shape_of(s1) == shape_of(s2) != shape_of(s3)
     res = task_resources(s1)
@@ -81,7 +91,10 @@ def test_shapes_slots_walltime() -> None:
 
 def test_refuses_a_task_that_can_never_fit(tmp_path: Path) -> None:
     b = batch(walltime="10m", task_timeout="8m", drain_margin="5m")
-    with experiment(tmp_path / "xp", b), pytest.raises(LaunchersError, match=r"8m.*5m.*10m|8 ?min.*5 ?min.*10 ?min"):
+    with (
+        experiment(tmp_path / "xp", b),
+        pytest.raises(LaunchersError, match=r"8m.*5m.*10m|8 ?min.*5 ?min.*10 ?min"),
+    ):
         command(["true"]).submit()
 
 
@@ -89,7 +102,10 @@ def test_default_walltime_follows_declared_durations_not_task_timeout(tmp_path: 
     """batching §3.2: the default walltime is the larger of 1 h and twice the longest declared
     duration; a task_timeout does not stretch it, so 2 h + 5 min can never fit in 1 h."""
     b = batch(task_timeout="2h", drain_margin="5m")
-    with experiment(tmp_path / "xp", b), pytest.raises(LaunchersError, match="exceeds the pilot walltime 1h"):
+    with (
+        experiment(tmp_path / "xp", b),
+        pytest.raises(LaunchersError, match="exceeds the pilot walltime 1h"),
+    ):
         command(["true"]).submit()
 
 
@@ -221,7 +237,9 @@ def test_reattach_after_the_submitter_died(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-c", REATTACH, str(tmp_path / "xp")], timeout=60, check=False)
+    p = subprocess.run(
+        [sys.executable, "-c", REATTACH, str(tmp_path / "xp")], timeout=60, check=False
+    )
     assert p.returncode == -9
     ex = executor()
     before = ex.pilots_submitted
@@ -244,4 +262,9 @@ def test_gres_gpus_count_and_scale_with_slots() -> None:
     pilot = _pilot_slurm_launcher(inner, BatchLauncher(inner), res, 3, 3600)
     assert pilot.options.gres == "gpu:a100:6" and pilot.options.gpus_per_node is None
     plain = SlurmLauncher(options={"partition": "gpu", "gpus_per_node": 1})
-    assert _pilot_slurm_launcher(plain, BatchLauncher(plain), task_resources(plain), 2, 3600).options.gpus_per_node == 2
+    assert (
+        _pilot_slurm_launcher(
+            plain, BatchLauncher(plain), task_resources(plain), 2, 3600
+        ).options.gpus_per_node
+        == 2
+    )

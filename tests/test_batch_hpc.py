@@ -24,24 +24,39 @@ TEMPLATE = "printf '%s|' <<v>> \"<<v>>\" 'x<<v>>y' \"a$(printf b)<<v>>\"\n"
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=30))
+@given(
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=30
+    )
+)
 def test_quoting_in_every_context_round_trips(value: str) -> None:
     script = render(TEMPLATE, {"v": value})
-    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout.decode("utf-8", "surrogateescape")
+    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout.decode(
+        "utf-8", "surrogateescape"
+    )
     assert out == f"{value}|{value}|x{value}y|ab{value}|"
 
 
 def test_values_as_yaml_writes_them_and_errors() -> None:
-    assert render("echo <<n>> <<b>> <<f>>", {"n": 6, "b": True, "f": 1.5}) == "echo '6' 'true' '1.5'"
+    assert (
+        render("echo <<n>> <<b>> <<f>>", {"n": 6, "b": True, "f": 1.5}) == "echo '6' 'true' '1.5'"
+    )
     with pytest.raises(TemplateError, match="<<nope>>"):
         render("echo <<nope>>", {"v": 1})
     with pytest.raises(TemplateError, match="list"):
         render("echo <<v>>", {"v": [1, 2]})
-    assert render("cat <<EOF\nx\nEOF\n", {}) == "cat <<EOF\nx\nEOF\n"  # heredocs are not placeholders
+    assert (
+        render("cat <<EOF\nx\nEOF\n", {}) == "cat <<EOF\nx\nEOF\n"
+    )  # heredocs are not placeholders
 
 
 def test_description_checks() -> None:
-    ok = {"script": "align", "args": {"level": 6}, "input_map": {"a": "/x/a.txt"}, "output_map": {"o": "/y/o.txt"}}
+    ok = {
+        "script": "align",
+        "args": {"level": 6},
+        "input_map": {"a": "/x/a.txt"},
+        "output_map": {"o": "/y/o.txt"},
+    }
     assert check_description(ok, "j.job") is ok
     for bad, text in [
         ({"script": "../etc/x"}, "must match"),
@@ -65,13 +80,15 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> HpcBatchServer:
     templates.mkdir()
     (templates / "copy.template").write_text(
         "#!/bin/bash\nset -e\ntr a-z A-Z < <<workspace>>/input/<<src>> > <<workspace>>/output/<<dst>>\n"
-        "echo \"level <<level>> in <<site>>\"\n"
+        'echo "level <<level>> in <<site>>"\n'
     )
     (templates / "fail.template").write_text("echo failing >&2\nexit 7\n")
     (templates / "noout.template").write_text("echo nothing\n")
     (templates / "big.template").write_text("head -c 100000 /dev/zero | tr '\\0' x\n")
     launcher = DirectLauncher(group=LocalGroup(max_jobs=2)).batched(slots=2, linger=1)
-    srv = HpcBatchServer(dropbox, templates, launcher, workdir=tmp_path / "work", variables={"site": "lab's"})
+    srv = HpcBatchServer(
+        dropbox, templates, launcher, workdir=tmp_path / "work", variables={"site": "lab's"}
+    )
     srv.seen = {}
     return srv
 
@@ -107,7 +124,9 @@ def test_dropbox_end_to_end(server: HpcBatchServer, tmp_path: Path) -> None:
     drop(d, "ok", {"script": "copy", "args": {"level": 6}, "input_map": {"src": str(src)},
                    "output_map": {"dst": str(dest)}, "extra": "kept"})  # fmt: skip
     drop(d, "fails", {"script": "fail"})
-    drop(d, "missing", {"script": "noout", "output_map": {"o": str(tmp_path / "out" / "never.txt")}})
+    drop(
+        d, "missing", {"script": "noout", "output_map": {"o": str(tmp_path / "out" / "never.txt")}}
+    )
     drop(d, "unknown", {"script": "copy", "args": {}})
     drop(d, "listarg", {"script": "copy", "args": {"level": [1]}})
     drop(d, "big", {"script": "big"})
@@ -135,7 +154,9 @@ def test_cli_serve_status_cancel(tmp_path: Path) -> None:
     import sys
 
     config = tmp_path / "launchers.yaml"
-    config.write_text("local:\n  - id: here\n    cpu: {cores: 2}\n    batch: {slots: 2, linger: 1s}\n")
+    config.write_text(
+        "local:\n  - id: here\n    cpu: {cores: 2}\n    batch: {slots: 2, linger: 1s}\n"
+    )
     dropbox = tmp_path / "dropbox"
     templates = tmp_path / "templates"
     dropbox.mkdir()
@@ -152,14 +173,28 @@ def test_cli_serve_status_cancel(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     res = result(dropbox, "greet")["job"]
-    assert res["status"] == "ok" and res["stdout"].splitlines()[-1] == "hello world; rm -rf / from lab"
+    assert (
+        res["status"] == "ok" and res["stdout"].splitlines()[-1] == "hello world; rm -rf / from lab"
+    )
     assert "==== launchers" not in res["stdout"] + res["stderr"]  # what the command wrote, only
     queue = next((dropbox / ".launchers" / "batch").iterdir())
-    st = subprocess.run([*cli, "batch", "status", str(queue)], capture_output=True, text=True, env=env, timeout=60)
+    st = subprocess.run(
+        [*cli, "batch", "status", str(queue)], capture_output=True, text=True, env=env, timeout=60
+    )
     assert st.returncode == 0 and "COMPLETED 1" in st.stdout and "pilot 1: " in st.stdout
     assert "hpc-greet-" in st.stdout and "runner " in st.stdout
-    bad = subprocess.run([*cli, "batch", "status", str(tmp_path)], capture_output=True, text=True, env=env, timeout=60)
-    assert bad.returncode == 2 and bad.stderr.startswith("launchers: ") and "Traceback" not in bad.stderr
+    bad = subprocess.run(
+        [*cli, "batch", "status", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert (
+        bad.returncode == 2
+        and bad.stderr.startswith("launchers: ")
+        and "Traceback" not in bad.stderr
+    )
     missing = subprocess.run([*cli, "batch", "serve", "--hpc-batch", str(dropbox), "--templates", str(templates),
                               "--launcher", "nope", "--config", str(config)],
                              capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
@@ -167,7 +202,13 @@ def test_cli_serve_status_cancel(tmp_path: Path) -> None:
     from launchers.batch import queue as Q
 
     Q.publish(queue, {"id": "late-1", "dir": str(tmp_path / "late"), "argv": ["true"]})
-    c = subprocess.run([*cli, "batch", "cancel", str(queue), "late-1"], capture_output=True, text=True, env=env, timeout=60)
+    c = subprocess.run(
+        [*cli, "batch", "cancel", str(queue), "late-1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert c.returncode == 0 and "late-1: cancelled" in c.stdout
     assert Q.read_done(queue, "late-1")["state"] == "CANCELLED"  # type: ignore[index]
 
@@ -181,7 +222,9 @@ def test_cli_serve_queue_for_producers_that_left(tmp_path: Path) -> None:
     config.write_text("local:\n  - id: here\n    batch: {slots: 2, linger: 1s}\n")
     queue = Q.ensure_queue(tmp_path / "q")
     for i in range(3):
-        Q.publish(queue, {"id": f"t{i}", "dir": str(tmp_path / f"j{i}"), "argv": ["echo", f"hi{i}"]})
+        Q.publish(
+            queue, {"id": f"t{i}", "dir": str(tmp_path / f"j{i}"), "argv": ["echo", f"hi{i}"]}
+        )
     src = Path(__import__("launchers").__file__).parent.parent
     env = dict(os.environ, PYTHONPATH=str(src))
     proc = subprocess.run([sys.executable, "-m", "launchers", "batch", "serve", str(queue), "--launcher", "here",

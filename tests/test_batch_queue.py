@@ -20,7 +20,15 @@ from launchers.batch import runner as R
 def entry(tmp: Path, task_id: str, argv: list[str], **more: Any) -> dict[str, Any]:
     d = tmp / "jobs" / task_id
     d.mkdir(parents=True, exist_ok=True)
-    return {"id": task_id, "dir": str(d), "argv": argv, "env": {}, "cwd": None, "max_attempts": 3, **more}
+    return {
+        "id": task_id,
+        "dir": str(d),
+        "argv": argv,
+        "env": {},
+        "cwd": None,
+        "max_attempts": 3,
+        **more,
+    }
 
 
 def start_runner(queue: Path, *args: str) -> subprocess.Popen[bytes]:
@@ -47,7 +55,10 @@ def wait_for(pred: Any, timeout: float = 20.0) -> None:
 def test_runs_tasks_in_parallel_and_lingers(tmp_path: Path) -> None:
     queue = Q.ensure_queue(tmp_path / "q")
     for i in range(6):
-        Q.publish(queue, entry(tmp_path, f"t{i}", ["sh", "-c", f"sleep 0.3; echo out{i}; echo err{i} >&2"]))
+        Q.publish(
+            queue,
+            entry(tmp_path, f"t{i}", ["sh", "-c", f"sleep 0.3; echo out{i}; echo err{i} >&2"]),
+        )
     t0 = time.monotonic()
     p = start_runner(queue, "--slots", "3", "--linger", "0.5")
     assert p.wait(20) == 0
@@ -80,7 +91,9 @@ def test_two_runners_claim_each_task_exactly_once(tmp_path: Path) -> None:
     log = tmp_path / "log"
     n = 40
     for i in range(n):
-        Q.publish(queue, entry(tmp_path, f"t{i}", ["sh", "-c", f"echo t{i} $LAUNCHERS_RUNNER >> {log}"]))
+        Q.publish(
+            queue, entry(tmp_path, f"t{i}", ["sh", "-c", f"echo t{i} $LAUNCHERS_RUNNER >> {log}"])
+        )
     a = start_runner(queue, "--slots", "4", "--linger", "0.5", "--runner-id", "A")
     b = start_runner(queue, "--slots", "4", "--linger", "0.5", "--runner-id", "B")
     assert a.wait(30) == 0 and b.wait(30) == 0
@@ -160,7 +173,14 @@ def test_usr1_stops_claiming(tmp_path: Path) -> None:
 def test_sigkill_mid_task_gives_attempt_two(tmp_path: Path) -> None:
     queue = Q.ensure_queue(tmp_path / "q")
     marker = tmp_path / "alive"
-    Q.publish(queue, entry(tmp_path, "k", ["sh", "-c", f"if [ $LAUNCHERS_ATTEMPT = 1 ]; then sleep 30; touch {marker}; fi"]))
+    Q.publish(
+        queue,
+        entry(
+            tmp_path,
+            "k",
+            ["sh", "-c", f"if [ $LAUNCHERS_ATTEMPT = 1 ]; then sleep 30; touch {marker}; fi"],
+        ),
+    )
     a = start_runner(queue, "--linger", "30", "--runner-id", "A")
     wait_for(lambda: "k" in Q.scan(queue).running)
     time.sleep(0.3)
@@ -205,7 +225,10 @@ def test_sigkill_of_the_runner_kills_what_the_task_started(tmp_path: Path) -> No
 
 def test_stale_heartbeat_is_recovered_by_next_runner(tmp_path: Path) -> None:
     queue = Q.ensure_queue(tmp_path / "q")
-    Q.publish(queue, entry(tmp_path, "s2", ["sh", "-c", "[ $LAUNCHERS_ATTEMPT != 1 ] || exec sleep 30"], seq=1))
+    Q.publish(
+        queue,
+        entry(tmp_path, "s2", ["sh", "-c", "[ $LAUNCHERS_ATTEMPT != 1 ] || exec sleep 30"], seq=1),
+    )
     a = start_runner(queue, "--linger", "30", "--runner-id", "A", "--slots", "1")
     wait_for(lambda: "s2" in Q.scan(queue).running, timeout=30)
     Q.publish(queue, entry(tmp_path, "s", ["true"]))
@@ -233,8 +256,16 @@ def test_runner_script_is_python38_compatible() -> None:
 
     source = Q.runner_source().decode()
     ast.parse(source, feature_version=(3, 8))
-    imports = {n.names[0].name.split(".")[0] for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import)}
-    imports |= {n.module.split(".")[0] for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom) and n.module}
+    imports = {
+        n.names[0].name.split(".")[0]
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Import)
+    }
+    imports |= {
+        n.module.split(".")[0]
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.ImportFrom) and n.module
+    }
     assert imports <= set(sys.stdlib_module_names)
 
 
@@ -243,10 +274,14 @@ def test_pending_names_round_trip_and_sort_fifo() -> None:
     from hypothesis import strategies as st
 
     names = st.text(alphabet="abcXYZ019_.-", min_size=1, max_size=12)
-    ids = st.builds(lambda n, d: f"{n}-{d:016x}", names, st.integers(min_value=0, max_value=2**64 - 1))
+    ids = st.builds(
+        lambda n, d: f"{n}-{d:016x}", names, st.integers(min_value=0, max_value=2**64 - 1)
+    )
 
     @settings(max_examples=150, deadline=None)
-    @given(st.lists(st.tuples(st.integers(min_value=0, max_value=2**63), ids), min_size=1, max_size=20))
+    @given(
+        st.lists(st.tuples(st.integers(min_value=0, max_value=2**63), ids), min_size=1, max_size=20)
+    )
     def check(items: list[tuple[int, str]]) -> None:
         names = [R.pending_name(seq, tid) for seq, tid in items]
         assert [R.split_pending(n) for n in names] == items

@@ -64,8 +64,10 @@ def answer() -> int:
 def unicore_site(server: UnicoreServer) -> tuple[UnicoreLauncher, Path]:
     """A UNICORE launcher and the directory of the user's HOME storage (where the queue is)."""
     site = UnicoreSite(url=server.base_url)
-    launcher = UnicoreLauncher(group=UnicoreGroup(id="uc", site=site, position=Position("launchers.yaml", 1)),
-                               options=OPTIONS)
+    launcher = UnicoreLauncher(
+        group=UnicoreGroup(id="uc", site=site, position=Position("launchers.yaml", 1)),
+        options=OPTIONS,
+    )
     return launcher, server.storage_root("HOME", UNICORE_USER) / "launchers" / "batch"
 
 
@@ -74,12 +76,17 @@ def firecrest_site(server: FirecrestServer) -> tuple[FirecrestLauncher, Path]:
     ``max_ops_file_size`` is 1 MiB: firecREST refuses a read without an explicit size then."""
     server.max_ops_file_size = 1024 * 1024
     site = FirecrestSite(api_url=server.api_url, token_url=server.token_url, machine=server.machine)
-    launcher = FirecrestLauncher(group=FirecrestGroup(id="fc", site=site, position=Position("launchers.yaml", 1)),
-                                 options=OPTIONS)
+    launcher = FirecrestLauncher(
+        group=FirecrestGroup(id="fc", site=site, position=Position("launchers.yaml", 1)),
+        options=OPTIONS,
+    )
     return launcher, server.scratch / FIRECREST_USER / "launchers" / "batch"
 
 
-SITES: dict[str, Callable[[Any], tuple[Any, Path]]] = {"unicore": unicore_site, "firecrest": firecrest_site}
+SITES: dict[str, Callable[[Any], tuple[Any, Path]]] = {
+    "unicore": unicore_site,
+    "firecrest": firecrest_site,
+}
 
 
 @pytest.fixture(params=["unicore", "firecrest"])
@@ -105,8 +112,9 @@ def rest_queue(ex: BatchExecutor, tmp_path: Path) -> RestQueue:
     return remote
 
 
-def test_one_pilot_runs_many_tasks(site: tuple[str, Any, Any, Path], tmp_path: Path,
-                                   leaves_nothing: Leftovers) -> None:
+def test_one_pilot_runs_many_tasks(
+    site: tuple[str, Any, Any, Path], tmp_path: Path, leaves_nothing: Leftovers
+) -> None:
     _kind, _server, inner, root = site
     batch = inner.batched(slots=1, linger=3, walltime="10m", drain_margin="1m")
     ex = batch.executor()
@@ -115,7 +123,10 @@ def test_one_pilot_runs_many_tasks(site: tuple[str, Any, Any, Path], tmp_path: P
     before = ex.pilots_submitted
     t0 = time.monotonic()
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "exp", batch):
-        jobs = [command(["sh", "-c", f"echo out{i}; echo err{i} >&2"], name=f"t{i}").submit() for i in range(3)]
+        jobs = [
+            command(["sh", "-c", f"echo out{i}; echo err{i} >&2"], name=f"t{i}").submit()
+            for i in range(3)
+        ]
         bad = command(["sh", "-c", "exit 3"], name="bad").submit()
         sleepers = [command(["sleep", "120"], name=n).submit() for n in ("long", "late")]
         deadline = time.monotonic() + 60
@@ -144,25 +155,34 @@ def test_one_pilot_runs_many_tasks(site: tuple[str, Any, Any, Path], tmp_path: P
     queue = shape_of_queue(root)  # launchers/batch/<shape> in HOME, <workdir>/batch/<shape>
     assert (queue / "runner.py").exists()
     assert jobs[0].record.extra["batch"]["remote_queue"] == str(queue)
-    assert sorted(p.name for p in (queue / "done").iterdir()) == sorted(f"{j.task_id}.json" for j in [*jobs, bad, *sleepers])
+    assert sorted(p.name for p in (queue / "done").iterdir()) == sorted(
+        f"{j.task_id}.json" for j in [*jobs, bad, *sleepers]
+    )
     # a quiet cycle costs three listings (pending/, running/, done/); entries are read once
     remote = rest_queue(ex, tmp_path)
     n = remote.requests
     snap = run_sync(remote.scan()).snap
     assert remote.requests - n == 3
-    assert snap.done == {j.task_id for j in [*jobs, bad, *sleepers]} and not snap.pending and not snap.running
+    assert (
+        snap.done == {j.task_id for j in [*jobs, bad, *sleepers]}
+        and not snap.pending
+        and not snap.running
+    )
 
 
 def test_callable_refused(site: tuple[str, Any, Any, Path], tmp_path: Path) -> None:
     kind, _server, inner, _root = site
     batch = inner.batched(slots=1)
-    with pytest.raises(LaunchersError, match=f"batching over a {kind} site runs commands only"), \
-            experiment(tmp_path / "exp", batch):
+    with (
+        pytest.raises(LaunchersError, match=f"batching over a {kind} site runs commands only"),
+        experiment(tmp_path / "exp", batch),
+    ):
         answer().submit()
 
 
-def test_truncated_entry_is_skipped_then_run_once_complete(site: tuple[str, Any, Any, Path], tmp_path: Path,
-                                                           leaves_nothing: Leftovers) -> None:
+def test_truncated_entry_is_skipped_then_run_once_complete(
+    site: tuple[str, Any, Any, Path], tmp_path: Path, leaves_nothing: Leftovers
+) -> None:
     """An entry written in place and not complete yet is never run; the next scan after it is
     complete runs it (the pilot lingers)."""
     _kind, _server, inner, root = site
@@ -173,9 +193,19 @@ def test_truncated_entry_is_skipped_then_run_once_complete(site: tuple[str, Any,
         first = command(["echo", "first"], name="first").submit()
         assert first.wait(60) is JobState.COMPLETED
         queue = shape_of_queue(root)
-        entry = {"id": "bogus", "dir": str(queue / "tasks" / "bogus"), "argv": ["touch", str(marker)],
-                 "env": {}, "cwd": None, "timeout": None, "duration": None, "resources": {}, "attempt": 0,
-                 "max_attempts": 3, "seq": 1}
+        entry = {
+            "id": "bogus",
+            "dir": str(queue / "tasks" / "bogus"),
+            "argv": ["touch", str(marker)],
+            "env": {},
+            "cwd": None,
+            "timeout": None,
+            "duration": None,
+            "resources": {},
+            "attempt": 0,
+            "max_attempts": 3,
+            "seq": 1,
+        }
         text = json.dumps(entry)
         pending = queue / "pending" / "1-bogus.json"
         pending.write_text(text[: len(text) // 2])  # as seen in the middle of an in-place write
@@ -193,8 +223,9 @@ def test_truncated_entry_is_skipped_then_run_once_complete(site: tuple[str, Any,
     assert json.loads((queue / "done" / "bogus.json").read_text())["state"] == "COMPLETED"
 
 
-def test_killed_pilot_task_finished_by_a_second_pilot(site: tuple[str, Any, Any, Path], tmp_path: Path,
-                                                      leaves_nothing: Leftovers) -> None:
+def test_killed_pilot_task_finished_by_a_second_pilot(
+    site: tuple[str, Any, Any, Path], tmp_path: Path, leaves_nothing: Leftovers
+) -> None:
     """A pilot killed with SIGKILL leaves its claim in running/: UNICORE re-queues it with the
     storage's rename action once the pilot is final; firecREST (no cheap rename) starts the next
     pilot with ``--lost-runner``, whose runner re-queues it at start-up. Attempt 2 completes."""
@@ -205,8 +236,9 @@ def test_killed_pilot_task_finished_by_a_second_pilot(site: tuple[str, Any, Any,
     leaves_nothing.watch(ex)
     before = ex.pilots_submitted
     with experiment(tmp_path / "exp", batch):
-        job = command(["sh", "-c", 'if [ "$LAUNCHERS_ATTEMPT" = 1 ]; then sleep 120; fi; echo ok'],
-                      name="s").submit()
+        job = command(
+            ["sh", "-c", 'if [ "$LAUNCHERS_ATTEMPT" = 1 ]; then sleep 120; fi; echo ok'], name="s"
+        ).submit()
         deadline = time.monotonic() + 60
         while not (job.state is JobState.RUNNING and job.pilot):
             assert time.monotonic() < deadline, "the task never ran"
@@ -228,14 +260,17 @@ def test_killed_pilot_task_finished_by_a_second_pilot(site: tuple[str, Any, Any,
     assert re.search(r"launchers: runner \S+ lost, task re-queued", job.stderr_path.read_text())
     remote = rest_queue(ex, tmp_path)
     assert remote.can_rename is (kind == "unicore")
-    second = json.loads(next((tmp_path / "exp" / "batch").glob("*/pilots/2/params.json")).read_text())["target"]
+    second = json.loads(
+        next((tmp_path / "exp" / "batch").glob("*/pilots/2/params.json")).read_text()
+    )["target"]
     # firecREST: the lost runner is handed to the second pilot, whose runner re-queues its claim
     assert ("--lost-runner" in second) is (kind == "firecrest")
     assert not remote.lost_runners  # forgotten once its claims are gone
 
 
-def test_cancel_from_another_process_reaches_the_site_queue(site: tuple[str, Any, Any, Path], tmp_path: Path,
-                                                           leaves_nothing: Leftovers) -> None:
+def test_cancel_from_another_process_reaches_the_site_queue(
+    site: tuple[str, Any, Any, Path], tmp_path: Path, leaves_nothing: Leftovers
+) -> None:
     """`launchers cancel` in another process knows the task only from its record, whose
     locator names the site: the queued task is taken out of pending/, the running one stopped
     (killed by the runner: neither it nor the pilot is left behind)."""
@@ -257,7 +292,9 @@ def test_cancel_from_another_process_reaches_the_site_queue(site: tuple[str, Any
     assert running.exit_code != 0  # killed, not run to its end
 
 
-def test_rest_transports_are_chosen_by_kind(unicore_server: UnicoreServer, firecrest_server: FirecrestServer) -> None:
+def test_rest_transports_are_chosen_by_kind(
+    unicore_server: UnicoreServer, firecrest_server: FirecrestServer
+) -> None:
     from launchers.batch.rest import rest_queue as make
 
     assert isinstance(make(unicore_site(unicore_server)[0], "abc"), UnicoreQueue)
@@ -272,7 +309,9 @@ def test_snapshot_of_listings_is_pure() -> None:
 
 def test_entries_and_recovery_targets_are_pure() -> None:
     text = json.dumps({"id": "a", "seq": 5})
-    assert parse_entry(text[:-1]) is None and parse_entry(b"[1]") is None and parse_entry(None) is None
+    assert (
+        parse_entry(text[:-1]) is None and parse_entry(b"[1]") is None and parse_entry(None) is None
+    )
     assert parse_entry(text.encode()) == {"id": "a", "seq": 5}
     running = {"a": {"runner": "r1", "seq": 5}, "b": {"runner": "r2", "seq": 7}}
     assert lost_claims(running, ["r1"]) == ["a"]
@@ -283,6 +322,10 @@ def test_entries_and_recovery_targets_are_pure() -> None:
 def test_pilot_tag_is_read_from_the_runner_command_line() -> None:
     from launchers.batch.executor import pilot_tag
 
-    assert pilot_tag(["python3", "runner.py", "--pilot", "lxpilot-abc-1-0f0f0f0f", "--lost-runner", "r"]) == \
-        "lxpilot-abc-1-0f0f0f0f"
+    assert (
+        pilot_tag(
+            ["python3", "runner.py", "--pilot", "lxpilot-abc-1-0f0f0f0f", "--lost-runner", "r"]
+        )
+        == "lxpilot-abc-1-0f0f0f0f"
+    )
     assert pilot_tag(["python3", "runner.py", "--pilot"]) is None

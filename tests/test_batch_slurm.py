@@ -22,20 +22,29 @@ from launchers.jobs import executor as jobs_executor
 TESTS = Path(__file__).parent
 SRC = TESTS.parent / "src"
 
-pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("batch-slurm")]  # pilots found by name in the queue
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.xdist_group("batch-slurm"),
+]  # pilots found by name in the queue
 
 
 def inner() -> SlurmLauncher:
-    return SlurmLauncher(group=SlurmGroup(id="sb"), options={"partition": "debug", "cpus_per_task": 1, "mem": "256M"})
+    return SlurmLauncher(
+        group=SlurmGroup(id="sb"), options={"partition": "debug", "cpus_per_task": 1, "mem": "256M"}
+    )
 
 
 def reset_executors() -> None:
-    for key in [k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"]:
+    for key in [
+        k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"
+    ]:
         del jobs_executor._executors[key]
 
 
 @pytest.fixture
-def cluster(slurm_cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+def cluster(
+    slurm_cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, str]]:
     monkeypatch.setenv("SLURM_CONF", slurm_cluster["SLURM_CONF"])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(SRC)]))
     reset_executors()
@@ -50,7 +59,11 @@ def pilot_ids(prefix: str) -> list[str]:
 
 
 def banners(job: Any) -> list[str]:
-    return [line for line in job.stdout_path.read_text().splitlines() if line.startswith("==== launchers: attempt")]
+    return [
+        line
+        for line in job.stdout_path.read_text().splitlines()
+        if line.startswith("==== launchers: attempt")
+    ]
 
 
 def test_many_tasks_one_pilot_and_late_arrivals(cluster: dict[str, str], tmp_path: Path) -> None:
@@ -59,7 +72,10 @@ def test_many_tasks_one_pilot_and_late_arrivals(cluster: dict[str, str], tmp_pat
     assert isinstance(ex, BatchExecutor)
     before = ex.pilots_submitted
     with experiment(tmp_path, batch):
-        jobs = [command(["sh", "-c", f"echo n{i} $SLURM_JOB_ID"], name=f"t{i}").submit() for i in range(12)]
+        jobs = [
+            command(["sh", "-c", f"echo n{i} $SLURM_JOB_ID"], name=f"t{i}").submit()
+            for i in range(12)
+        ]
         for j in jobs:
             assert j.wait(60) is JobState.COMPLETED
         late = [command(["echo", f"late{i}"], name=f"late{i}").submit() for i in range(3)]
@@ -72,7 +88,9 @@ def test_many_tasks_one_pilot_and_late_arrivals(cluster: dict[str, str], tmp_pat
     for i, j in enumerate(jobs):
         assert j.stdout_path.read_text().splitlines()[1] == f"n{i} {pilot}"
         assert len(banners(j)) == 1
-    shape = next(iter(s for s in ex.shapes.values() if s.queue.parent == (tmp_path / "batch").absolute()))
+    shape = next(
+        iter(s for s in ex.shapes.values() if s.queue.parent == (tmp_path / "batch").absolute())
+    )
     script = (shape.pilots[0].directory / "job.sh").read_text()
     assert "#SBATCH --cpus-per-task=4" in script and "#SBATCH --mem=1024M" in script
     assert "#SBATCH --time=00:10:00" in script and "#SBATCH --signal=B:USR1@60" in script
@@ -86,7 +104,10 @@ def test_cancelled_pilot_tasks_reclaimed(cluster: dict[str, str], tmp_path: Path
     before = ex.pilots_submitted
     with experiment(tmp_path, batch):
         jobs = [
-            command(["sh", "-c", 'if [ "$LAUNCHERS_ATTEMPT" = 1 ]; then sleep 60; fi; echo ok'], name=f"s{i}").submit()
+            command(
+                ["sh", "-c", 'if [ "$LAUNCHERS_ATTEMPT" = 1 ]; then sleep 60; fi; echo ok'],
+                name=f"s{i}",
+            ).submit()
             for i in range(2)
         ]
         deadline = time.monotonic() + 60
@@ -104,7 +125,10 @@ def test_cancelled_pilot_tasks_reclaimed(cluster: dict[str, str], tmp_path: Path
             assert j.wait(90) is JobState.COMPLETED
     assert ex.pilots_submitted - before == 2
     for j in jobs:
-        assert [b.split(",")[0] for b in banners(j)] == ["==== launchers: attempt 1", "==== launchers: attempt 2"]
+        assert [b.split(",")[0] for b in banners(j)] == [
+            "==== launchers: attempt 1",
+            "==== launchers: attempt 2",
+        ]
         assert j.pilot != first
     assert all(Q.read_done(queue, j.task_id)["attempt"] == 2 for j in jobs)  # type: ignore[index]
 
@@ -127,7 +151,9 @@ SUBMITTER = textwrap.dedent(
 
 def test_two_submitters_one_pilot_each_task_once(cluster: dict[str, str], tmp_path: Path) -> None:
     procs = [
-        subprocess.Popen([sys.executable, "-c", SUBMITTER, str(tmp_path), tag], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", SUBMITTER, str(tmp_path), tag], stdout=subprocess.PIPE, text=True
+        )
         for tag in ("a", "b")
     ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
@@ -145,13 +171,22 @@ def test_gpus_split_between_slots(cluster: dict[str, str], tmp_path: Path) -> No
                         options={"partition": "gpu", "gpus_per_node": 1, "cpus_per_task": 1, "mem": "256M"})  # fmt: skip
     batch = gpu.batched(slots=2, linger=1, walltime="10m", drain_margin="1m")
     with experiment(tmp_path, batch):
-        jobs = [command(["sh", "-c", 'echo "gpu=$CUDA_VISIBLE_DEVICES"; sleep 1'], name=f"g{i}").submit() for i in range(2)]
+        jobs = [
+            command(
+                ["sh", "-c", 'echo "gpu=$CUDA_VISIBLE_DEVICES"; sleep 1'], name=f"g{i}"
+            ).submit()
+            for i in range(2)
+        ]
     seen = sorted(j.stdout_path.read_text().splitlines()[1] for j in jobs)
     assert seen == ["gpu=0", "gpu=1"]
 
 
-def test_refused_pilot_fails_the_tasks_with_sbatch_message(cluster: dict[str, str], tmp_path: Path) -> None:
-    bad = SlurmLauncher(group=SlurmGroup(id="sb"), options={"partition": "nosuchpartition", "cpus_per_task": 1})
+def test_refused_pilot_fails_the_tasks_with_sbatch_message(
+    cluster: dict[str, str], tmp_path: Path
+) -> None:
+    bad = SlurmLauncher(
+        group=SlurmGroup(id="sb"), options={"partition": "nosuchpartition", "cpus_per_task": 1}
+    )
     batch = bad.batched(slots=2, linger=1, walltime="10m", drain_margin="1m")
     with pytest.raises(Exception, match="did not complete"), experiment(tmp_path, batch):
         job = command(["true"], name="never").submit()

@@ -27,7 +27,9 @@ def answer() -> int:
 
 
 def reset() -> None:
-    for key in [k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"]:
+    for key in [
+        k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"
+    ]:
         del jobs_executor._executors[key]
     registry.forget_all()
 
@@ -41,26 +43,44 @@ def clean(slurm_cluster: dict[str, str]) -> Iterator[dict[str, str]]:
 
 def ssh_launcher(tmp_path: Path, info: dict[str, str], remote: Path) -> SlurmLauncher:
     lines = [
-        "connectors:", "  ssh:", "    cluster:", "      hostname: 127.0.0.1", f"      port: {info['CLUSTER_SSH_PORT']}",
-        "      username: root", f"      identity_file: {info['CLUSTER_SSH_KEY']}",
-        f"      known_hosts: {info['CLUSTER_SSH_KNOWN_HOSTS']}", "      ssh_config: false", f"      workdir: {remote}",
-        "slurm:", "  - id: over-ssh", "    connector: cluster", "    partitions:", "      debug: {}",
+        "connectors:",
+        "  ssh:",
+        "    cluster:",
+        "      hostname: 127.0.0.1",
+        f"      port: {info['CLUSTER_SSH_PORT']}",
+        "      username: root",
+        f"      identity_file: {info['CLUSTER_SSH_KEY']}",
+        f"      known_hosts: {info['CLUSTER_SSH_KNOWN_HOSTS']}",
+        "      ssh_config: false",
+        f"      workdir: {remote}",
+        "slurm:",
+        "  - id: over-ssh",
+        "    connector: cluster",
+        "    partitions:",
+        "      debug: {}",
     ]
     path = tmp_path / "launchers.yaml"
     path.write_text("\n".join(lines) + "\n")
     group = load_config(path).groups[0]
-    return SlurmLauncher(group=group, options={"partition": "debug", "cpus_per_task": 1, "mem": "256M"})
+    return SlurmLauncher(
+        group=group, options={"partition": "debug", "cpus_per_task": 1, "mem": "256M"}
+    )
 
 
 def test_batch_over_ssh(clean: dict[str, str], tmp_path: Path) -> None:
     remote = tmp_path / "remote"
-    batch = ssh_launcher(tmp_path, clean, remote).batched(slots=1, linger=3, walltime="10m", drain_margin="1m")
+    batch = ssh_launcher(tmp_path, clean, remote).batched(
+        slots=1, linger=3, walltime="10m", drain_margin="1m"
+    )
     ex = batch.executor()
     assert isinstance(ex, BatchExecutor)
     before = ex.pilots_submitted
     t0 = time.monotonic()
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "exp", batch):
-        jobs = [command(["sh", "-c", f"echo out{i}; echo err{i} >&2"], name=f"t{i}").submit() for i in range(3)]
+        jobs = [
+            command(["sh", "-c", f"echo out{i}; echo err{i} >&2"], name=f"t{i}").submit()
+            for i in range(3)
+        ]
         bad = command(["sh", "-c", "exit 3"], name="bad").submit()
         sleepers = [command(["sleep", "120"], name=n).submit() for n in ("long", "late")]
         deadline = time.monotonic() + 40
@@ -88,23 +108,31 @@ def test_batch_over_ssh(clean: dict[str, str], tmp_path: Path) -> None:
         assert info["remote_queue"].startswith(str(remote / "batch"))
     assert (bad.state, bad.exit_code) == (JobState.FAILED, 3)
     assert long.state is JobState.CANCELLED and late.state is JobState.CANCELLED
-    assert list((remote / "batch").glob("*/runner.py"))  # the queue lives under the connector's workdir
+    assert list(
+        (remote / "batch").glob("*/runner.py")
+    )  # the queue lives under the connector's workdir
 
 
 def test_callable_refused_over_ssh(clean: dict[str, str], tmp_path: Path) -> None:
     batch = ssh_launcher(tmp_path, clean, tmp_path / "remote").batched(slots=1)
-    with pytest.raises(LaunchersError, match="runs commands only"), experiment(tmp_path / "exp", batch):
+    with (
+        pytest.raises(LaunchersError, match="runs commands only"),
+        experiment(tmp_path / "exp", batch),
+    ):
         answer().submit()
 
 
 def test_cancelled_pilot_tasks_requeued_over_ssh(clean: dict[str, str], tmp_path: Path) -> None:
-    batch = ssh_launcher(tmp_path, clean, tmp_path / "remote").batched(slots=1, linger=2, walltime="10m",
-                                                                         drain_margin="1m")
+    batch = ssh_launcher(tmp_path, clean, tmp_path / "remote").batched(
+        slots=1, linger=2, walltime="10m", drain_margin="1m"
+    )
     ex = batch.executor()
     assert isinstance(ex, BatchExecutor)
     before = ex.pilots_submitted
     with experiment(tmp_path / "exp", batch):
-        job = command(["sh", "-c", 'if [ "$LAUNCHERS_ATTEMPT" = 1 ]; then sleep 60; fi; echo ok'], name="s").submit()
+        job = command(
+            ["sh", "-c", 'if [ "$LAUNCHERS_ATTEMPT" = 1 ]; then sleep 60; fi; echo ok'], name="s"
+        ).submit()
         deadline = time.monotonic() + 40
         while not (job.state is JobState.RUNNING and job.pilot):
             assert time.monotonic() < deadline, "the task never ran"
@@ -141,15 +169,17 @@ def test_home_relative_workdir_is_expanded(clean: dict[str, str], tmp_path: Path
         shutil.rmtree(remote, ignore_errors=True)
 
 
-def test_cancel_from_another_process_reaches_the_remote_queue(clean: dict[str, str], tmp_path: Path,
-                                                             leaves_nothing: Leftovers) -> None:
+def test_cancel_from_another_process_reaches_the_remote_queue(
+    clean: dict[str, str], tmp_path: Path, leaves_nothing: Leftovers
+) -> None:
     """`launchers cancel` in another process knows the job only from its record: the record
     says how to reach the queue (connector and configuration), so the cancel is not lost. The
     runner on the far side kills the running task: neither it nor the pilot is left behind."""
 
     remote = tmp_path / "remote"
-    batch = ssh_launcher(tmp_path, clean, remote).batched(slots=1, linger=1, walltime="10m", drain_margin="1m",
-                                                          kill_grace=2)
+    batch = ssh_launcher(tmp_path, clean, remote).batched(
+        slots=1, linger=1, walltime="10m", drain_margin="1m", kill_grace=2
+    )
     leaves_nothing.watch(batch.executor())
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "exp", batch):
         long, late = (command(["sleep", "30"], name=n).submit() for n in ("long", "late"))
@@ -159,7 +189,10 @@ def test_cancel_from_another_process_reaches_the_remote_queue(clean: dict[str, s
             time.sleep(0.1)
         running, queued = (long, late) if long.state is JobState.RUNNING else (late, long)
         assert running.record.extra["batch"]["locator"]["kind"] == "ssh"
-        for job in (queued, running):  # one queued (taken out of pending/), one running (cancel/<id>)
+        for job in (
+            queued,
+            running,
+        ):  # one queued (taken out of pending/), one running (cancel/<id>)
             cancel_in_another_process(job, 60)
         assert running.wait(60) is JobState.CANCELLED and queued.wait(30) is JobState.CANCELLED
     assert running.exit_code != 0  # killed, not run to its end

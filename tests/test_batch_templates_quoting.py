@@ -30,11 +30,30 @@ ATTACKS = [
     f"\\`touch {MARKER}\\`",
     f") ; touch {MARKER} ; (",
     f"}}; touch {MARKER}; ${{",
-    "'", '"', "\\", "$", "`", ";", "\n", " ", "\t", "$x", "${x}", "$(", ")", "'\\''", "#", "*", "~", "EOF",
+    "'",
+    '"',
+    "\\",
+    "$",
+    "`",
+    ";",
+    "\n",
+    " ",
+    "\t",
+    "$x",
+    "${x}",
+    "$(",
+    ")",
+    "'\\''",
+    "#",
+    "*",
+    "~",
+    "EOF",
 ]
 
 CHARS = st.characters(blacklist_categories=("Cs",), blacklist_characters="\0")
-VALUES = st.lists(st.one_of(st.sampled_from(ATTACKS), st.text(CHARS, max_size=6)), max_size=6).map("".join)
+VALUES = st.lists(st.one_of(st.sampled_from(ATTACKS), st.text(CHARS, max_size=6)), max_size=6).map(
+    "".join
+)
 
 # (template snippet writing its output file, expected content given the value)
 SNIPPETS: list[tuple[str, str]] = [
@@ -43,14 +62,23 @@ SNIPPETS: list[tuple[str, str]] = [
     ("printf '%s' 'a<<x>>b' > o{n}\n", "a{v}b"),
     ("printf '%s' x\"<<x>>\"'<<x>>'<<x>> > o{n}\n", "x{v}{v}{v}"),
     ("# it's a comment with \"quotes and $( and `\nprintf '%s' <<x>> > o{n}\n", "{v}"),
-    ("cat <<END_OF_TEXT > o{n}\ndon't \"<<x>>\" $(printf '%s.' <<x>>)\nEND_OF_TEXT\n", "don't \"{v}\" {v}.\n"),
-    ("cat > o{n} <<\"QUOTED\"\nit's literal: $x `y` \\z\nQUOTED\nprintf '%s' <<x>> >> o{n}\n", "it's literal: $x `y` \\z\n{v}"),
+    (
+        "cat <<END_OF_TEXT > o{n}\ndon't \"<<x>>\" $(printf '%s.' <<x>>)\nEND_OF_TEXT\n",
+        'don\'t "{v}" {v}.\n',
+    ),
+    (
+        "cat > o{n} <<\"QUOTED\"\nit's literal: $x `y` \\z\nQUOTED\nprintf '%s' <<x>> >> o{n}\n",
+        "it's literal: $x `y` \\z\n{v}",
+    ),
     ("printf '%s' \"$(printf '%s.' <<x>>)\" > o{n}\n", "{v}."),
     ("printf '%s' \"$(printf '%s.' \"<<x>>\")\" > o{n}\n", "{v}."),
     ("printf '%s' \"a$(printf b)<<x>>\" > o{n}\n", "ab{v}"),
     ("printf '%s' \"`printf '%s.' <<x>>`\" > o{n}\n", "{v}."),
     ("y=`printf '%s.' \"<<x>>\"`; printf '%s' \"$y\" > o{n}\n", "{v}."),
-    ("printf '%s' \"$(case a in (a) printf '%s.' <<x>>;; b) echo no;; esac)<<x>>\" > o{n}\n", "{v}.{v}"),
+    (
+        "printf '%s' \"$(case a in (a) printf '%s.' <<x>>;; b) echo no;; esac)<<x>>\" > o{n}\n",
+        "{v}.{v}",
+    ),
     ("printf '%s' \"$(cat <<'Q'\nit's\nQ\nprintf '%s.' <<x>>)\" > o{n}\n", "it's\n{v}."),
     ("printf '%s' $'a\\'<<x>>b' > o{n}\n", "a'{v}b"),
     ("printf '%s' \"${unset_var:-'a b'}\" <<x>> > o{n}\n", "'a b'{v}"),
@@ -62,7 +90,9 @@ SNIPPETS: list[tuple[str, str]] = [
 
 def run(script: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
     (cwd / "job.sh").write_text(script, encoding="utf-8", errors="surrogateescape")
-    return subprocess.run(["bash", "job.sh"], cwd=cwd, capture_output=True, stdin=subprocess.DEVNULL, timeout=20)
+    return subprocess.run(
+        ["bash", "job.sh"], cwd=cwd, capture_output=True, stdin=subprocess.DEVNULL, timeout=20
+    )
 
 
 def read(path: Path) -> str:
@@ -73,10 +103,16 @@ def expected(snippet: int, value: str) -> str:
     return SNIPPETS[snippet][1].replace("{v}", value)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(value=VALUES, order=st.permutations(range(len(SNIPPETS))))
-def test_every_context_round_trips_and_runs_nothing(tmp_path_factory: pytest.TempPathFactory, value: str, order: list[int]) -> None:
-    assume("\nEND_OF_TEXT\n" not in f"\n{value}\n")  # refused; see test_value_ending_a_heredoc_is_refused
+def test_every_context_round_trips_and_runs_nothing(
+    tmp_path_factory: pytest.TempPathFactory, value: str, order: list[int]
+) -> None:
+    assume(
+        "\nEND_OF_TEXT\n" not in f"\n{value}\n"
+    )  # refused; see test_value_ending_a_heredoc_is_refused
     cwd = tmp_path_factory.mktemp("q")
     template = "".join(SNIPPETS[k][0].replace("{n}", str(k)) for k in order)
     script = render(template, {"x": value})
@@ -89,14 +125,54 @@ def test_every_context_round_trips_and_runs_nothing(tmp_path_factory: pytest.Tem
 
 
 SHELLISH = st.sampled_from(
-    ["'", '"', "`", "$", "$(", "${", "$((", ")", "))", "}", "(", "#", " ", "\n", ";", "\\", "<<", "<<'E'", "<<E", "\nE\n",
-     "E", "a", "=", "|", "&", "-", "case ", " in ", " esac", ";;", "$'", "<<x>>", "<<x>>", "<<x>>", "echo ", "printf '%s' "]
+    [
+        "'",
+        '"',
+        "`",
+        "$",
+        "$(",
+        "${",
+        "$((",
+        ")",
+        "))",
+        "}",
+        "(",
+        "#",
+        " ",
+        "\n",
+        ";",
+        "\\",
+        "<<",
+        "<<'E'",
+        "<<E",
+        "\nE\n",
+        "E",
+        "a",
+        "=",
+        "|",
+        "&",
+        "-",
+        "case ",
+        " in ",
+        " esac",
+        ";;",
+        "$'",
+        "<<x>>",
+        "<<x>>",
+        "<<x>>",
+        "echo ",
+        "printf '%s' ",
+    ]
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(pieces=st.lists(SHELLISH, min_size=1, max_size=14), value=VALUES)
-def test_arbitrary_templates_never_run_a_value(tmp_path_factory: pytest.TempPathFactory, pieces: list[str], value: str) -> None:
+def test_arbitrary_templates_never_run_a_value(
+    tmp_path_factory: pytest.TempPathFactory, pieces: list[str], value: str
+) -> None:
     """Whatever the template, a value is either placed safely or refused, never executed."""
     template = "".join(pieces)
     try:
@@ -122,22 +198,32 @@ def test_comment_values_stay_in_the_comment(value: str) -> None:
         with pytest.raises(TemplateError, match=r"line 1.*line break"):
             render(template, {"x": value})
         return
-    done = subprocess.run(["bash", "-c", render(template, {"x": value})], capture_output=True, check=True)
+    done = subprocess.run(
+        ["bash", "-c", render(template, {"x": value})], capture_output=True, check=True
+    )
     assert done.stdout == b"done\n"
 
 
 def test_audit_cases_are_quoted() -> None:
     bad = {"x": f"a b; touch {MARKER}"}
-    assert render("# it's the job script\necho <<x>>\n", bad) == f"# it's the job script\necho 'a b; touch {MARKER}'\n"
-    assert render("cat <<EOF\ndon't <<x>>\nEOF\necho <<x>>", bad).endswith(f"echo 'a b; touch {MARKER}'")
+    assert (
+        render("# it's the job script\necho <<x>>\n", bad)
+        == f"# it's the job script\necho 'a b; touch {MARKER}'\n"
+    )
+    assert render("cat <<EOF\ndon't <<x>>\nEOF\necho <<x>>", bad).endswith(
+        f"echo 'a b; touch {MARKER}'"
+    )
     assert render('echo "$(echo <<x>>)"', bad) == f"echo \"$(echo 'a b; touch {MARKER}')\""
-    assert [c for *_, c in contexts("echo \"`echo <<x>>` $(echo \"<<x>>\") ${y:-<<x>>} $((<<x>>))\"")] == [
-        "backquoted outside", "double", "literal", "arithmetic"
-    ]
+    assert [
+        c for *_, c in contexts('echo "`echo <<x>>` $(echo "<<x>>") ${y:-<<x>>} $((<<x>>))"')
+    ] == ["backquoted outside", "double", "literal", "arithmetic"]
 
 
 def test_normal_cases_unchanged() -> None:
-    assert render("echo <<a>> \"<<a>>\" '<<a>>'", {"a": "it's"}) == "echo 'it'\\''s' \"it's\" 'it'\\''s'"
+    assert (
+        render("echo <<a>> \"<<a>>\" '<<a>>'", {"a": "it's"})
+        == "echo 'it'\\''s' \"it's\" 'it'\\''s'"
+    )
     assert render("cat <<EOF\nx\nEOF\n", {}) == "cat <<EOF\nx\nEOF\n"
     assert render("echo <<n>>", {"n": 6}) == "echo '6'"
 
@@ -179,7 +265,7 @@ def test_value_ending_a_heredoc_is_refused() -> None:
         ("echo \\<<x>>\n", "line 1: .*backslash right before a placeholder"),
         ('echo "\\<<x>>"\n', "line 1: .*backslash right before a placeholder"),
         ("echo `echo \\$(<<x>>)`\n", "line 1: .*inside backquotes"),
-        ("echo \"${y#'a}\" <<x>>\n", "line 1: unterminated single quote inside"),
+        ('echo "${y#\'a}" <<x>>\n', "line 1: unterminated single quote inside"),
         ("echo $((<<x>>)\n", "line 1: .*(unterminated arithmetic|single '\\)')"),
         ("echo $(cat <<EOF)\n<<x>>\nEOF\n", "line 1: .*no body before the end of its command"),
     ],

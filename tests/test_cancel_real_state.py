@@ -71,8 +71,9 @@ def test_direct_job_that_failed_before_its_cancel_stays_failed(
         (StateUpdate(state=JobState.COMPLETED, exit_code=0), JobState.COMPLETED),
     ],
 )
-def test_cancel_asked_by_another_process_keeps_real_ends(tmp_path: Path, update: StateUpdate,
-                                                         state: JobState) -> None:
+def test_cancel_asked_by_another_process_keeps_real_ends(
+    tmp_path: Path, update: StateUpdate, state: JobState
+) -> None:
     """``launchers cancel`` (another process) marks state.json; this process's tracker then sees
     the end: only an end the cancel caused becomes CANCELLED."""
     record = StateRecord(task_id="t-0", state=JobState.RUNNING, attempt=1)
@@ -82,4 +83,3 @@ def test_cancel_asked_by_another_process_keeps_real_ends(tmp_path: Path, update:
     mine.apply(update)
     assert mine.state is state
     assert read_record(tmp_path).state is state  # type: ignore[union-attr]
-

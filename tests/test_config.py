@@ -415,7 +415,7 @@ def test_sidecar_files(tmp_path: Path) -> None:
     assert str(info.value) == (
         f"{tmp_path / 'tokens.yaml'}:2:9: countertoken.gpu.tokns: unknown key 'tokns'; "
         "did you mean 'tokens'? (experimaestro 1.5.7 refused the whole file too: \"tokns is not "
-        "a valid field for CounterConfiguration\")"
+        'a valid field for CounterConfiguration")'
     )
 
 
@@ -475,7 +475,9 @@ def test_fast_check_sees_a_replacement_with_the_same_size_and_time(tmp_path: Pat
         load_config(f)
 
 
-def test_default_search_path_is_cached_and_watched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_search_path_is_cached_and_watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clear_cache()
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("LAUNCHERS_CONFIG", raising=False)
@@ -544,7 +546,12 @@ def test_implicit_local_group_of_a_mac() -> None:
     memory = parse_sysctl_int("34359738368\n")
     assert memory == 32 * 2**30 and parse_sysctl_int("") is None and parse_sysctl_int("x") is None
     (gpu,) = apple_gpus("arm64", memory, "Apple M2 Pro\n")
-    assert (gpu.model, gpu.count, gpu.memory, gpu.kind) == ("Apple M2 Pro GPU (MPS)", 1, memory, "mps")
+    assert (gpu.model, gpu.count, gpu.memory, gpu.kind) == (
+        "Apple M2 Pro GPU (MPS)",
+        1,
+        memory,
+        "mps",
+    )
     assert apple_gpus("x86_64", memory, "Intel(R) Core(TM) i9") == ()
     assert apple_gpus("arm64", None) == ()
     mac = LocalGroup(cpu=CPUConfig(cores=10, memory=memory), gpus=(gpu,), implicit=True)

@@ -40,11 +40,18 @@ def direct(**group: object) -> DirectLauncher:
 def test_command_and_callables(tmp_path: Path) -> None:
     out_file = tmp_path / "out.txt"
     with experiment(tmp_path / "xp", direct()) as xp:
-        j1 = command(["sh", "-c", 'echo "hello $WHO"; echo oops >&2'], env={"WHO": "world"}).submit()
+        j1 = command(
+            ["sh", "-c", 'echo "hello $WHO"; echo oops >&2'], env={"WHO": "world"}
+        ).submit()
         j2 = tt.add(2, b=3).submit()
         j3 = tt.touch(out_file, "content").submit()
         j4 = tt.as_tuple(4).submit()
-        assert j1.state in (JobState.WAITING, JobState.SUBMITTING, JobState.RUNNING, JobState.COMPLETED)
+        assert j1.state in (
+            JobState.WAITING,
+            JobState.SUBMITTING,
+            JobState.RUNNING,
+            JobState.COMPLETED,
+        )
     assert xp.jobs == [j1, j2, j3, j4]
     assert [j.state for j in xp.jobs] == [JobState.COMPLETED] * 4
     assert j1.result() == 0 and j2.result() == 5
@@ -59,7 +66,9 @@ def test_command_and_callables(tmp_path: Path) -> None:
     assert rc["rc"] == 0 and rc["attempt"] == 1 and rc["native_id"] == j1.native_id
     rec = read_record(j1.directory)
     assert rec is not None and rec.state is JobState.COMPLETED
-    assert rec.launcher["kind"] == "local" and rec.job_name == f"sh-{j1.record.task_id[-16:][:12]}-a1"
+    assert (
+        rec.launcher["kind"] == "local" and rec.job_name == f"sh-{j1.record.task_id[-16:][:12]}-a1"
+    )
     assert rec.extra["process"]["pid"] == int(j1.native_id or 0)
     assert [h[1] for h in rec.history] == ["WAITING", "SUBMITTING", "RUNNING", "COMPLETED"]
     assert j1.directory == tmp_path / "xp" / "jobs" / "sh" / j1.task_id.rsplit("-", 1)[1]
@@ -83,7 +92,11 @@ def test_failures(tmp_path: Path) -> None:
     with pytest.raises(JobFailedError, match="ValueError: it broke"):
         err.result()
     error = json.loads((err.directory / "error.json").read_text())
-    assert error["type"] == "ValueError" and error["message"] == "it broke" and "Traceback" in error["traceback"]
+    assert (
+        error["type"] == "ValueError"
+        and error["message"] == "it broke"
+        and "Traceback" in error["traceback"]
+    )
 
 
 def test_import_failure_is_explained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,7 +108,11 @@ def test_import_failure_is_explained(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_reattach_and_rerun(tmp_path: Path) -> None:
     marker = tmp_path / "runs"
-    argv = ["sh", "-c", f'echo run >> "{marker}"; exit "$(cat {tmp_path}/code 2>/dev/null || echo 0)"']
+    argv = [
+        "sh",
+        "-c",
+        f'echo run >> "{marker}"; exit "$(cat {tmp_path}/code 2>/dev/null || echo 0)"',
+    ]
     with experiment(tmp_path / "xp", direct()):
         first = command(argv).submit()
         assert command(argv).submit() is first  # same task twice: the same Job
@@ -156,8 +173,10 @@ def test_max_jobs_and_export_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("LAUNCHERS_SECRET_VAR", "visible?")
     launcher = direct(max_jobs=1, export="NONE", env=(("FROM_GROUP", "g v"),))
     with experiment(tmp_path, launcher):
-        a = command(["sh", "-c", "sleep 0.5; echo ${LAUNCHERS_SECRET_VAR:-unset} $FROM_GROUP $TASKV $HOME"],
-                    env={"TASKV": "t"}).submit()
+        a = command(
+            ["sh", "-c", "sleep 0.5; echo ${LAUNCHERS_SECRET_VAR:-unset} $FROM_GROUP $TASKV $HOME"],
+            env={"TASKV": "t"},
+        ).submit()
         b = command(["sh", "-c", "echo second"]).submit()
         deadline = time.monotonic() + 10
         while a.state is not JobState.RUNNING:
@@ -195,8 +214,12 @@ def _client(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     script.write_text(
         _CLIENT.format(tests=str(TESTS), xp=str(tmp_path / "xp"), marker=str(tmp_path / "marker"))
     )
-    return subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("mode", ["kill-now", "kill-running"])
@@ -218,8 +241,12 @@ def test_crash_between_start_and_record_is_reconciled(tmp_path: Path) -> None:
     job_dir = next((tmp_path / "xp" / "jobs" / "sleeper").iterdir())
     rec = read_record(job_dir)
     assert rec is not None and rec.state is JobState.RUNNING
-    write_record(job_dir, rec.transition(JobState.SUBMITTING, "simulated crash", native_id=None,
-                                         extra={"process": None}))
+    write_record(
+        job_dir,
+        rec.transition(
+            JobState.SUBMITTING, "simulated crash", native_id=None, extra={"process": None}
+        ),
+    )
     p = _client(tmp_path, "normal", "2")
     out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
@@ -251,12 +278,20 @@ def test_find_launcher_result_runs_jobs(tmp_path: Path, monkeypatch: pytest.Monk
     from launchers import find_launcher
 
     cfg = tmp_path / "launchers.yaml"
-    cfg.write_text("local:\n  - id: box\n    cpu: {cores: 2, memory: 2G}\n    env: {GROUP_VAR: from-group}\n")
-    monkeypatch.setenv("EXPERIMENT_VAR", "passed")  # export: ALL passes the experiment's environment
+    cfg.write_text(
+        "local:\n  - id: box\n    cpu: {cores: 2, memory: 2G}\n    env: {GROUP_VAR: from-group}\n"
+    )
+    monkeypatch.setenv(
+        "EXPERIMENT_VAR", "passed"
+    )  # export: ALL passes the experiment's environment
     launcher = find_launcher("cpu(cores=1)", config=cfg)
     with experiment(tmp_path / "xp", launcher, progress=False):
         job = tt.echo_env(["EXPERIMENT_VAR", "GROUP_VAR", "LAUNCHERS_ATTEMPT"]).submit()
-    assert job.result() == {"EXPERIMENT_VAR": "passed", "GROUP_VAR": "from-group", "LAUNCHERS_ATTEMPT": "1"}
+    assert job.result() == {
+        "EXPERIMENT_VAR": "passed",
+        "GROUP_VAR": "from-group",
+        "LAUNCHERS_ATTEMPT": "1",
+    }
     assert job.record.launcher["group"] == "box"
 
 
@@ -268,7 +303,8 @@ def test_direct_over_ssh(tmp_path: Path, slurm_cluster: dict[str, str]) -> None:
 
     env = slurm_cluster
     cfg = tmp_path / "launchers.yaml"
-    cfg.write_text(textwrap.dedent(f"""
+    cfg.write_text(
+        textwrap.dedent(f"""
         connectors:
           ssh:
             box:
@@ -283,9 +319,13 @@ def test_direct_over_ssh(tmp_path: Path, slurm_cluster: dict[str, str]) -> None:
           - id: remote
             connector: box
             env: {{PYTHONPATH: "{TESTS}:{Path(__import__("launchers").__file__).parent.parent}"}}
-    """))
+    """)
+    )
     launcher = DirectLauncher(group=load_config(cfg).groups[0])  # type: ignore[arg-type]
-    with pytest.raises(ExperimentFailed) as info, experiment(tmp_path / "xp", launcher, progress=False):
+    with (
+        pytest.raises(ExperimentFailed) as info,
+        experiment(tmp_path / "xp", launcher, progress=False),
+    ):
         hello = command(["sh", "-c", "echo remote $LAUNCHERS_ATTEMPT; exit 0"]).submit()
         added = tt.add(20, b=22).submit()
         slow = command(["sleep", "30"]).submit()

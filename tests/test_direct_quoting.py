@@ -34,12 +34,16 @@ def root() -> Path:
     return Path(tempfile.mkdtemp(prefix="launchers-quoting-"))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(args=st.lists(word, min_size=0, max_size=4), value=word, name=word)
 def test_values_reach_the_job_exactly(root: Path, args: list[str], value: str, name: str) -> None:
     workdir = Path(tempfile.mkdtemp(dir=root))
     with experiment(workdir, DirectLauncher(), progress=False):
-        job = command([sys.executable, "-c", PRINT, *args], env={"QV": value}, name=name or "x").submit()
+        job = command(
+            [sys.executable, "-c", PRINT, *args], env={"QV": value}, name=name or "x"
+        ).submit()
     assert job.state is JobState.COMPLETED
     lines = job.stdout_path.read_text(encoding="utf-8").splitlines()
     assert json.loads(lines[1]) == [args, value]

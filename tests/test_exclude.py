@@ -113,7 +113,9 @@ def _tree(root: Path, files: list[str]) -> None:
 
 
 def test_collect_lists_uploads_and_reasons(tmp_path: Path) -> None:
-    _tree(tmp_path, ["train.py", "data/a.csv", "src/b.csv", "src/c.py", "logs/x.txt", "logs/keep.txt"])
+    _tree(
+        tmp_path, ["train.py", "data/a.csv", "src/b.csv", "src/c.py", "logs/x.txt", "logs/keep.txt"]
+    )
     rules = ExcludeRules.compile(["data", "src/*.csv", "logs/**", "!logs/keep.txt"])
     got = collect_uploads(tmp_path, rules)
     assert [u.relpath for u in got.uploads] == ["logs/keep.txt", "src/c.py", "train.py"]

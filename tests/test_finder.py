@@ -364,7 +364,10 @@ def test_constraint_parentheses_and_order() -> None:
         "--gpus-per-node=2",
         "--cpus-per-task=1",
     ]
-    assert args(CLUSTER, "cuda(mem=20G)")[:2] == ["--partition=gpu", "--constraint=GPU&GPU4&GPUM24G"]
+    assert args(CLUSTER, "cuda(mem=20G)")[:2] == [
+        "--partition=gpu",
+        "--constraint=GPU&GPU4&GPUM24G",
+    ]
 
 
 def test_disabled_partition_never_used_and_explained() -> None:
@@ -451,6 +454,7 @@ def test_cpu_per_gpu() -> None:
 
 # ---------------------------------------------------------------- soundness
 
+
 def test_soundness_drops_other_partition() -> None:
     # partition b also has a node group that satisfies clause X but lacks memory
     text = """
@@ -516,6 +520,7 @@ def test_every_admitted_node_matches_in_merged_result() -> None:
 
 
 # ---------------------------------------------------------------- launcher values
+
 
 def test_options_names_and_sbatch_args() -> None:
     from launchers.slurm.options import SlurmOptions
@@ -597,6 +602,7 @@ def test_requirement_values_and_strings_agree() -> None:
 
 # ---------------------------------------------------------------- speed (10,000 nodes, 100 partitions)
 
+
 def _big_config() -> LaunchersConfig:
     import re
 
@@ -632,7 +638,10 @@ def _big_config() -> LaunchersConfig:
     group = SlurmGroup(
         id="big",
         partitions=tuple(partitions),
-        features_regex=(re.compile(r"GPU(?P<cuda_count>\d+)"), re.compile(r"GPUM(?P<cuda_memory>\d+G)")),
+        features_regex=(
+            re.compile(r"GPU(?P<cuda_count>\d+)"),
+            re.compile(r"GPUM(?P<cuda_memory>\d+G)"),
+        ),
     )
     return LaunchersConfig(groups=(group,))
 
@@ -642,7 +651,10 @@ def test_ten_thousand_nodes() -> None:
     config = _big_config()
     req = parse("cuda(mem=24G)*2 & duration=2h")
     first = find_launcher(req, config=config)  # builds the candidate index once
-    assert first.options.constraint == "(GPU&GPU4&GPUM32G&V100)|(GPU&GPU8&GPUM80G&A100)|(GPU&GPU2&GPUM48G)"
+    assert (
+        first.options.constraint
+        == "(GPU&GPU4&GPUM32G&V100)|(GPU&GPU8&GPUM80G&A100)|(GPU&GPU2&GPUM48G)"
+    )
     for spec in ("cuda(mem=24G)*2 & duration=2h", req):
         assert find_launcher(spec, config=config) == first
     for i in range(5):
@@ -662,7 +674,10 @@ def test_distribution_over_alternatives() -> None:
     config = cfg(TWO_GROUPS)
     x = cpu(cores=2)
     value = x & (cuda_gpu(mem="80G") | duration("1h"))
-    assert [str(a) for a in value.requirements] == [str(x & cuda_gpu(mem="80G")), str(x & duration("1h"))]
+    assert [str(a) for a in value.requirements] == [
+        str(x & cuda_gpu(mem="80G")),
+        str(x & duration("1h")),
+    ]
     assert find_launcher(value, config=config) == find_launcher(
         "cpu(cores=2) & cuda(mem=80G) | cpu(cores=2) & duration=1h", config=config
     )
@@ -671,7 +686,9 @@ def test_distribution_over_alternatives() -> None:
 
 
 def test_partition_duration_reason() -> None:
-    text = explain_search("duration=25h", config=cfg(QOS.replace("qos: [qos_long]", "qos: []"))).explanation.text()
+    text = explain_search(
+        "duration=25h", config=cfg(QOS.replace("qos: [qos_long]", "qos: []"))
+    ).explanation.text()
     assert "partition long, node group 0 (cpu): partition allows 24h < 25h requested" in text
 
 

@@ -170,7 +170,9 @@ def test_exclude_kept_for_a_partition_still_listed(tmp_path: pathlib.Path) -> No
     # r is the best partition: it stays listed, its excluded hosts stay excluded, and its
     # count-only node group is the warning of §7
     text = EXCLUDE_THEN_DROP.replace("HOSTS", "p1").replace("BAD", "r2")
-    text = text.replace("priority: 1", "priority: 0").replace("      r:\n", "      r:\n        priority: 5\n")
+    text = text.replace("priority: 1", "priority: 0").replace(
+        "      r:\n", "      r:\n        priority: 5\n"
+    )
     path = _write(tmp_path, text)
     launcher = find_launcher("cpu(cores=8)", config=path)
     assert launcher.sbatch_args() == ["--partition=r,p", "--cpus-per-task=8", "--exclude=r2"]
@@ -215,7 +217,9 @@ def test_python_star_on_gpus_is_unchanged() -> None:
     union = (cuda_gpu("1G") | cuda_gpu() * 2) * 2
     assert union == parse("(cuda(mem=1G) | cuda()*2)*2")
     assert 3 * cuda_gpu() == cuda_gpu() * 3
-    assert ((cuda_gpu() & cuda_gpu("2G")) * 2).requirements == parse("(cuda() & cuda(mem=2G))*2").requirements
+    assert ((cuda_gpu() & cuda_gpu("2G")) * 2).requirements == parse(
+        "(cuda() & cuda(mem=2G))*2"
+    ).requirements
     assert (cuda_gpu() * 2 & cpu(cores=2)) == parse("cuda()*2 & cpu(cores=2)").requirements[0]
 
 

@@ -69,7 +69,9 @@ def test_two_specs_and_alternative_index(config: str, capsys: pytest.CaptureFixt
     assert json.loads(capsys.readouterr().out)["alternative"] == 1
 
 
-def test_not_found_exit_1_explains_on_stderr(config: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_not_found_exit_1_explains_on_stderr(
+    config: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["find", "cuda(mem=24G)*2 & duration=101h", "--config", config]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -93,7 +95,9 @@ def test_explain_on_success(config: str, capsys: pytest.CaptureFixture[str]) -> 
     assert "partition heavy is disabled" in out
 
 
-def test_syntax_and_config_errors_exit_2(config: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_syntax_and_config_errors_exit_2(
+    config: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["find", "cuda(mem=24G", "--config", config]) == 2
     err = capsys.readouterr().err
     assert err.startswith("launchers: ") and "Traceback" not in err
@@ -121,13 +125,19 @@ def test_deterministic_across_hash_seeds(config: str) -> None:
     for seed in ("0", "1", "12345"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
         res = subprocess.run(
-            [sys.executable, "-c", script, config], env=env, capture_output=True, text=True, check=True
+            [sys.executable, "-c", script, config],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         outputs.add(res.stdout)
     assert len(outputs) == 1, outputs
 
 
-def test_local_json_group_index_and_explain_on_stderr(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_local_json_group_index_and_explain_on_stderr(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "launchers.yaml"
     path.write_text("local:\n  - cpu: {cores: 4}\n")
     assert main(["find", "cpu(cores=2)", "--config", str(path), "--json", "--explain"]) == 0

@@ -50,7 +50,8 @@ _alt = st.builds(
         cores=st.sampled_from([1, 2, 8, 32, 100]),
     ),
     cuda_gpus=st.lists(
-        st.builds(GPURequest, memory=_sizes, kind=st.sampled_from(["cuda", "cuda", "gpu", "mps"])), max_size=5
+        st.builds(GPURequest, memory=_sizes, kind=st.sampled_from(["cuda", "cuda", "gpu", "mps"])),
+        max_size=5,
     ).map(tuple),
 )
 
@@ -61,12 +62,24 @@ def _compiled(hosts: tuple[Host, ...], alt: HostRequirement) -> tuple[int, ...]:
     low, high = (min(nonzero), max(nonzero)) if nonzero else (0, 0)
     matcher = compile_matcher(tuple(host_row(h) for h in hosts))
     need = kind_bits(alt.cuda_gpus)
-    return matcher(alt.duration, len(requests), alt.cpu.cores, alt.cpu.memory, low, high, alt.cuda_gpus, need, sum(requests))
+    return matcher(
+        alt.duration,
+        len(requests),
+        alt.cpu.cores,
+        alt.cpu.memory,
+        low,
+        high,
+        alt.cuda_gpus,
+        need,
+        sum(requests),
+    )
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_host, min_size=1, max_size=6).map(tuple), st.lists(_alt, min_size=1, max_size=6))
-def test_compiled_matcher_and_row_loop_agree_with_fit(hosts: tuple[Host, ...], alts: list[HostRequirement]) -> None:
+def test_compiled_matcher_and_row_loop_agree_with_fit(
+    hosts: tuple[Host, ...], alts: list[HostRequirement]
+) -> None:
     rows = tuple(host_row(h) for h in hosts)
     for alt in alts:
         expected = tuple(fit(alt, h) for h in hosts)
@@ -106,7 +119,11 @@ def test_select_cached_equals_select(alt: HostRequirement) -> None:
                 continue
             assert got is not None
             assert (got.best, got.cores, got.alt) == (want.best, want.cores, alt)
-            assert (got.partitions, got.constraint, got.exclude) == (want.partitions, want.constraint, want.exclude)
+            assert (got.partitions, got.constraint, got.exclude) == (
+                want.partitions,
+                want.constraint,
+                want.exclude,
+            )
 
 
 def test_found_launcher_keeps_an_equal_requirement() -> None:

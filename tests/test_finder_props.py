@@ -77,7 +77,9 @@ def slurm_group(draw: st.DrawFn) -> SlurmGroup:
                 priority=draw(st.integers(0, 2)),
                 disabled=draw(st.booleans()) and p > 0,
                 qos=tuple(draw(st.lists(st.sampled_from(sorted(qos)), max_size=2, unique=True))),
-                accounts=tuple(draw(st.lists(st.sampled_from(["x", "y"]), max_size=2, unique=True))),
+                accounts=tuple(
+                    draw(st.lists(st.sampled_from(["x", "y"]), max_size=2, unique=True))
+                ),
             )
         )
     return SlurmGroup(
@@ -97,7 +99,10 @@ def requirement(draw: st.DrawFn) -> HostRequirement:
     gpus = draw(st.lists(st.sampled_from([0, 8 * G, 12 * G, 20 * G, 24 * G]), max_size=2))
     return HostRequirement(
         duration=draw(st.sampled_from([0, 1800, 3600, 7200, 3 * 86400])),
-        cpu=CPURequest(memory=draw(st.sampled_from([0, 0, G, 10 * G, 100 * G])), cores=draw(st.sampled_from([1, 1, 2, 8, 32]))),
+        cpu=CPURequest(
+            memory=draw(st.sampled_from([0, 0, G, 10 * G, 100 * G])),
+            cores=draw(st.sampled_from([1, 1, 2, 8, 32])),
+        ),
         cuda_gpus=tuple(GPURequest(memory=m) for m in gpus),
     )
 
@@ -175,7 +180,9 @@ SLOTS = st.builds(
     st.lists(SLOTS, max_size=5),
     st.randoms(use_true_random=False),
 )
-def test_gpu_assignment_matches_brute_force_in_any_order(requests: list[int], slots: list[GPUSlot], rnd: object) -> None:
+def test_gpu_assignment_matches_brute_force_in_any_order(
+    requests: list[int], slots: list[GPUSlot], rnd: object
+) -> None:
     expected = _brute(requests, slots)
     assert assign_gpus(requests, slots) == expected
     shuffled_r, shuffled_s = list(requests), list(slots)

@@ -65,7 +65,9 @@ def test_sbatch_accepts_finder_options(
     if use_features == "true" and "cuda(mem=20G)*2" in spec:
         assert "--constraint=(GPU&GPU2&GPUM48G&A6000)|(GPU&GPU4&GPUM24G&RTX3090)" in args
     if use_features == "false":
-        assert any(a.startswith("--exclude=") for a in args) and not any("nodelist" in a for a in args)
+        assert any(a.startswith("--exclude=") for a in args) and not any(
+            "nodelist" in a for a in args
+        )
     assert _test_only(args, slurm_env) in nodes
 
 

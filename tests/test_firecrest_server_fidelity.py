@@ -39,8 +39,10 @@ def client_fixture(firecrest_server: FirecrestServer) -> Iterator[Any]:
     from firecrest import ClientCredentialsAuth
     from firecrest.v2 import Firecrest
 
-    client = Firecrest(firecrest_server.api_url,
-                       ClientCredentialsAuth(FIRECREST_ID, FIRECREST_SECRET, firecrest_server.token_url))
+    client = Firecrest(
+        firecrest_server.api_url,
+        ClientCredentialsAuth(FIRECREST_ID, FIRECREST_SECRET, firecrest_server.token_url),
+    )
     try:
         yield client
     finally:
@@ -64,17 +66,35 @@ def test_tail_lines_bytes_and_skip_heading(firecrest_server: FirecrestServer, fc
     f = home(firecrest_server) / "log.txt"
     f.write_text("".join(f"line {i}\n" for i in range(1, 21)))
     out = fc.tail("cluster", str(f), num_lines=2)
-    assert out == {"content": "line 19\nline 20\n", "contentType": "lines", "startPosition": -2, "endPosition": -1}
+    assert out == {
+        "content": "line 19\nline 20\n",
+        "contentType": "lines",
+        "startPosition": -2,
+        "endPosition": -1,
+    }
     out = fc.tail("cluster", str(f), num_bytes=8)
-    assert out == {"content": "line 20\n", "contentType": "bytes", "startPosition": -8, "endPosition": -1}
+    assert out == {
+        "content": "line 20\n",
+        "contentType": "bytes",
+        "startPosition": -8,
+        "endPosition": -1,
+    }
     # skipHeading: from line (byte) N on, as ``tail --lines=+N``
     out = fc.tail("cluster", str(f), num_lines=19, exclude_beginning=True)
-    assert out == {"content": "line 19\nline 20\n", "contentType": "lines", "startPosition": 19, "endPosition": -1}
+    assert out == {
+        "content": "line 19\nline 20\n",
+        "contentType": "lines",
+        "startPosition": 19,
+        "endPosition": -1,
+    }
     out = fc.tail("cluster", str(f), num_bytes=len(f.read_bytes()) - 7, exclude_beginning=True)
     assert out["content"] == "line 20\n" and out["contentType"] == "bytes"
     # neither: the last 10 lines (firecREST reports startPosition 10 then)
     out = fc.tail("cluster", str(f))
-    assert out["content"] == "".join(f"line {i}\n" for i in range(11, 21)) and out["startPosition"] == 10
+    assert (
+        out["content"] == "".join(f"line {i}\n" for i in range(11, 21))
+        and out["startPosition"] == 10
+    )
 
 
 def test_tail_errors(firecrest_server: FirecrestServer, fc: Any) -> None:
@@ -83,7 +103,9 @@ def test_tail_errors(firecrest_server: FirecrestServer, fc: Any) -> None:
     f = home(firecrest_server) / "x.txt"
     f.write_text("a\n")
     # both at once (pyfirecrest refuses it itself, so ask directly)
-    resp = fc._get_request(endpoint="/filesystem/cluster/ops/tail", params={"path": str(f), "lines": 1, "bytes": 1})
+    resp = fc._get_request(
+        endpoint="/filesystem/cluster/ops/tail", params={"path": str(f), "lines": 1, "bytes": 1}
+    )
     assert resp.status_code == 400 and "Only one of" in resp.json()["message"]
     with pytest.raises(FirecrestException) as e:
         fc.tail("cluster", str(f) + ".missing", num_lines=1)
@@ -111,15 +133,47 @@ def test_ls_hidden_recursive_and_entry_fields(firecrest_server: FirecrestServer,
     names = [e["name"] for e in fc.list_files("cluster", str(d))]
     assert names == ["f", "link", "sub"]
     assert [e["name"] for e in fc.list_files("cluster", str(d), show_hidden=True)] == [
-        ".hdir", ".hidden", "f", "link", "sub"]
+        ".hdir",
+        ".hidden",
+        "f",
+        "link",
+        "sub",
+    ]
     assert [e["name"] for e in fc.list_files("cluster", str(d), recursive=True)] == [
-        "f", "link", "sub", "sub/deeper", "sub/inner", "sub/deeper/leaf"]
-    assert set(e["name"] for e in fc.list_files("cluster", str(d), recursive=True, show_hidden=True)) == {
-        ".hdir", ".hidden", "f", "link", "sub", ".hdir/x", "sub/.dot", "sub/deeper", "sub/inner", "sub/deeper/leaf"}
+        "f",
+        "link",
+        "sub",
+        "sub/deeper",
+        "sub/inner",
+        "sub/deeper/leaf",
+    ]
+    assert set(
+        e["name"] for e in fc.list_files("cluster", str(d), recursive=True, show_hidden=True)
+    ) == {
+        ".hdir",
+        ".hidden",
+        "f",
+        "link",
+        "sub",
+        ".hdir/x",
+        "sub/.dot",
+        "sub/deeper",
+        "sub/inner",
+        "sub/deeper/leaf",
+    }
 
     entries = {e["name"]: e for e in fc.list_files("cluster", str(d))}
     for e in entries.values():
-        assert set(e) == {"name", "type", "linkTarget", "user", "group", "permissions", "lastModified", "size"}
+        assert set(e) == {
+            "name",
+            "type",
+            "linkTarget",
+            "user",
+            "group",
+            "permissions",
+            "lastModified",
+            "size",
+        }
     f, link, sub = entries["f"], entries["link"], entries["sub"]
     assert f["type"] == "-" and f["size"] == "5" and f["linkTarget"] is None
     assert len(f["permissions"]) == 9 and f["permissions"][0] == "r"
@@ -138,7 +192,9 @@ def test_ls_hidden_recursive_and_entry_fields(firecrest_server: FirecrestServer,
 # -- ops/download ----------------------------------------------------------------------------------
 
 
-def test_download_is_limited_by_its_base64_output(firecrest_server: FirecrestServer, fc: Any, tmp_path: Path) -> None:
+def test_download_is_limited_by_its_base64_output(
+    firecrest_server: FirecrestServer, fc: Any, tmp_path: Path
+) -> None:
     """``ops/download`` runs ``base64 --wrap=0`` over SSH, whose output may not reach
     ``max_ops_file_size`` bytes: a file of 3/4 of the limit already gets 413."""
     from firecrest.FirecrestException import FirecrestException
@@ -169,19 +225,25 @@ def wait_for(path: Path, timeout: float = 30.0) -> str:
 
 
 @pytest.mark.parametrize("key", ["script_path", "scriptPath"])
-def test_submit_accepts_both_script_path_spellings(firecrest_server: FirecrestServer, fc: Any, key: str) -> None:
+def test_submit_accepts_both_script_path_spellings(
+    firecrest_server: FirecrestServer, fc: Any, key: str
+) -> None:
     d = home(firecrest_server) / key
     d.mkdir()
     script = d / "job.sh"
     script.write_text("#!/bin/bash\n#SBATCH --time=1\necho from-$0-$PWD > out.txt\n")
     wd_key = "working_directory" if key == "script_path" else "workingDirectory"
-    resp = fc._post_request(endpoint="/compute/cluster/jobs", json_data={"job": {key: str(script), wd_key: str(d)}})
+    resp = fc._post_request(
+        endpoint="/compute/cluster/jobs", json_data={"job": {key: str(script), wd_key: str(d)}}
+    )
     assert resp.status_code == 201, resp.text
     assert resp.json()["jobId"] in firecrest_server.jobs
     assert str(d) in wait_for(d / "out.txt")
     # a script path that does not exist: sbatch refuses it, firecREST answers 500 with its words
-    resp = fc._post_request(endpoint="/compute/cluster/jobs",
-                            json_data={"job": {key: str(d / "nope.sh"), wd_key: str(d)}})
+    resp = fc._post_request(
+        endpoint="/compute/cluster/jobs",
+        json_data={"job": {key: str(d / "nope.sh"), wd_key: str(d)}},
+    )
     assert resp.status_code == 500 and "Unable to open file" in resp.json()["message"]
 
 
@@ -194,7 +256,9 @@ def s3_system(server: FirecrestServer, max_ops: int = 64 * 1024, part: int = 100
     server.max_part_size = part
 
 
-def test_pyfirecrest_staged_upload(firecrest_server: FirecrestServer, fc: Any, tmp_path: Path) -> None:
+def test_pyfirecrest_staged_upload(
+    firecrest_server: FirecrestServer, fc: Any, tmp_path: Path
+) -> None:
     server = firecrest_server
     s3_system(server, max_ops=5 * 1024 * 1024, part=512 * 1024)
     assert fc.systems()[0]["dataOperation"]["data_transfer"]["service_type"] == "s3"
@@ -226,35 +290,57 @@ def test_pyfirecrest_staged_upload(firecrest_server: FirecrestServer, fc: Any, t
     assert row["state"] == "COMPLETED" and row["name"] == "IngressFileTransfer"
 
 
-def test_presigned_urls_need_their_signature_only(firecrest_server: FirecrestServer, fc: Any) -> None:
+def test_presigned_urls_need_their_signature_only(
+    firecrest_server: FirecrestServer, fc: Any
+) -> None:
     """No bearer token on the part URLs (S3 presigned); a changed URL is refused with 403."""
     import httpx
 
     server = firecrest_server
     s3_system(server)
-    resp = fc._post_request(endpoint="/filesystem/cluster/transfer/upload", json_data={
-        "path": str(home(server) / "x.bin"), "transfer_directives": {"file_size": 10, "transfer_method": "s3"}})
+    resp = fc._post_request(
+        endpoint="/filesystem/cluster/transfer/upload",
+        json_data={
+            "path": str(home(server) / "x.bin"),
+            "transfer_directives": {"file_size": 10, "transfer_method": "s3"},
+        },
+    )
     assert resp.status_code == 201, resp.text
     info = resp.json()
     url = info["transferDirectives"]["partsUploadUrls"][0]
-    assert httpx.put(url.replace("partNumber=1", "partNumber=2"), content=b"0123456789").status_code == 403
+    assert (
+        httpx.put(url.replace("partNumber=1", "partNumber=2"), content=b"0123456789").status_code
+        == 403
+    )
     ok = httpx.put(url, content=b"0123456789")
     assert ok.status_code == 200 and ok.headers["ETag"].startswith('"')
     # completion naming a wrong ETag is refused; the object never appears
-    bad = ('<CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Part><ETag>"x"</ETag>'
-           "<PartNumber>1</PartNumber></Part></CompleteMultipartUpload>")
-    assert httpx.post(info["transferDirectives"]["completeUploadUrl"], content=bad).status_code == 400
+    bad = (
+        '<CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Part><ETag>"x"</ETag>'
+        "<PartNumber>1</PartNumber></Part></CompleteMultipartUpload>"
+    )
+    assert (
+        httpx.post(info["transferDirectives"]["completeUploadUrl"], content=bad).status_code == 400
+    )
     fc.cancel_job("cluster", str(info["transferJob"]["jobId"]))
 
 
-def test_transfer_upload_without_backend_or_other_method(firecrest_server: FirecrestServer, fc: Any) -> None:
+def test_transfer_upload_without_backend_or_other_method(
+    firecrest_server: FirecrestServer, fc: Any
+) -> None:
     server = firecrest_server
-    body = {"path": str(home(server) / "x.bin"), "transfer_directives": {"file_size": 10, "transfer_method": "s3"}}
+    body = {
+        "path": str(home(server) / "x.bin"),
+        "transfer_directives": {"file_size": 10, "transfer_method": "s3"},
+    }
     resp = fc._post_request(endpoint="/filesystem/cluster/transfer/upload", json_data=body)
     assert resp.status_code == 500  # no data_transfer: firecREST fails (remote-sites.md §5)
     server.data_transfer = {"service_type": "streamer"}
     resp = fc._post_request(endpoint="/filesystem/cluster/transfer/upload", json_data=body)
-    assert resp.status_code == 400 and resp.json()["message"] == "Requested transfer method is not available."
+    assert (
+        resp.status_code == 400
+        and resp.json()["message"] == "Requested transfer method is not available."
+    )
     assert server.jobs == {}
 
 
@@ -274,13 +360,16 @@ def run(proj: Path, cfg: Path, workdir: Path) -> int:
     return main(["run", str(proj), "--backend-config", str(cfg), "--workdir", str(workdir)])
 
 
-def test_launcher_stages_big_files_through_the_backend(firecrest_server: FirecrestServer, tmp_path: Path,
-                                                       capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_launcher_stages_big_files_through_the_backend(
+    firecrest_server: FirecrestServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     server = firecrest_server
     s3_system(server)
     proj = make_project(tmp_path)
     big = os.urandom(250 * 1024)
-    (proj / "data" / "big.bin").write_bytes(big)  # above max_ops_file_size (64 KiB): staged, 3 parts
+    (proj / "data" / "big.bin").write_bytes(
+        big
+    )  # above max_ops_file_size (64 KiB): staged, 3 parts
     (proj / "data" / "medium.bin").write_bytes(b"y" * (60 * 1024))  # below: direct
     rc = run(proj, backend(tmp_path, server), tmp_path / "runs")
     out, err = capfdbinary.readouterr()
@@ -299,8 +388,9 @@ def test_launcher_stages_big_files_through_the_backend(firecrest_server: Firecre
     assert int(job) > int(server.transfer_jobs[0])
 
 
-def test_launcher_refuses_a_backend_it_cannot_stage_through(firecrest_server: FirecrestServer, tmp_path: Path,
-                                                            capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_launcher_refuses_a_backend_it_cannot_stage_through(
+    firecrest_server: FirecrestServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     server = firecrest_server
     s3_system(server)
     server.data_transfer = {"service_type": "wormhole"}
@@ -313,8 +403,9 @@ def test_launcher_refuses_a_backend_it_cannot_stage_through(firecrest_server: Fi
     assert server.jobs == {} and not any("/ops/upload" in r[1] for r in server.requests)
 
 
-def test_failed_staged_upload_cancels_its_transfer_job(firecrest_server: FirecrestServer, tmp_path: Path,
-                                                       capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_failed_staged_upload_cancels_its_transfer_job(
+    firecrest_server: FirecrestServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     server = firecrest_server
     s3_system(server)
     server.transfer_poll = 2
@@ -342,24 +433,39 @@ def test_failed_staged_upload_cancels_its_transfer_job(firecrest_server: Firecre
 # -- what the real server does where our client meets it (docs/remote-sites.md, firecREST section) -----
 
 
-def test_empty_upload_never_ends_408_after_the_command_timeout(firecrest_server: FirecrestServer, fc: Any) -> None:
+def test_empty_upload_never_ends_408_after_the_command_timeout(
+    firecrest_server: FirecrestServer, fc: Any
+) -> None:
     """firecREST writes an upload's content to ``base64 -d`` and closes its input only when there
     is some: an empty file waits for input until the command timeout, then 408 (file created)."""
     server = firecrest_server
     server.command_timeout = 1.0
     d = home(server)
     t0 = time.monotonic()
-    resp = fc._post_request(endpoint="/filesystem/cluster/ops/upload", params={"path": str(d)},
-                            files={"file": ("empty.txt", b"")})
-    assert resp.status_code == 408 and resp.json()["message"] == "Command execution timeout limit exceeded."
-    assert time.monotonic() - t0 >= 0.8  # the command timeout (firecREST counts from before the channel opens)
+    resp = fc._post_request(
+        endpoint="/filesystem/cluster/ops/upload",
+        params={"path": str(d)},
+        files={"file": ("empty.txt", b"")},
+    )
+    assert (
+        resp.status_code == 408
+        and resp.json()["message"] == "Command execution timeout limit exceeded."
+    )
+    assert (
+        time.monotonic() - t0 >= 0.8
+    )  # the command timeout (firecREST counts from before the channel opens)
     assert (d / "empty.txt").read_bytes() == b""
-    resp = fc._post_request(endpoint="/filesystem/cluster/ops/upload", params={"path": str(d)},
-                            files={"file": ("one.txt", b"x")})
+    resp = fc._post_request(
+        endpoint="/filesystem/cluster/ops/upload",
+        params={"path": str(d)},
+        files={"file": ("one.txt", b"x")},
+    )
     assert resp.status_code == 204 and (d / "one.txt").read_bytes() == b"x"
 
 
-def test_view_slices_characters_and_replaces_invalid_utf8(firecrest_server: FirecrestServer, fc: Any) -> None:
+def test_view_slices_characters_and_replaces_invalid_utf8(
+    firecrest_server: FirecrestServer, fc: Any
+) -> None:
     """``ops/view`` dd's whole blocks, decodes them with replacement, then slices characters."""
     server = firecrest_server
     f = home(server) / "accents.txt"
@@ -371,7 +477,9 @@ def test_view_slices_characters_and_replaces_invalid_utf8(firecrest_server: Fire
             params["size"] = size
         return fc._get_request(endpoint="/filesystem/cluster/ops/view", params=params)
 
-    assert view(4, 4).json()["output"] == "éééé"  # bytes 4..12 decoded, 4 characters: not bytes 4..8
+    assert (
+        view(4, 4).json()["output"] == "éééé"
+    )  # bytes 4..12 decoded, 4 characters: not bytes 4..8
     f.write_text("aéé")  # 5 bytes
     assert view(1, 1).json()["output"] == "é"  # size 1, yet 2 bytes: one character
     assert view(2, 2).json()["output"] == "\ufffdé"  # block 1 starts inside the first é
@@ -380,7 +488,10 @@ def test_view_slices_characters_and_replaces_invalid_utf8(firecrest_server: Fire
     # without ``size`` firecREST reads 5 MiB: refused by a system with a smaller limit
     server.max_ops_file_size = 1024 * 1024
     resp = view(0)
-    assert resp.status_code == 400 and "`size` value must be less than 1048576 bytes" in resp.json()["message"]
+    assert (
+        resp.status_code == 400
+        and "`size` value must be less than 1048576 bytes" in resp.json()["message"]
+    )
     # two blocks of ``size`` must fit the SSH output buffer (max_ops_file_size)
     f.write_bytes(b"a" * (1024 * 1024))
     assert view(0, 600 * 1024).status_code == 413
@@ -397,17 +508,26 @@ def test_tail_is_decoded_with_replacement(firecrest_server: FirecrestServer, fc:
 def test_quote_in_a_path_is_a_shell_error_500(firecrest_server: FirecrestServer, fc: Any) -> None:
     """Paths sit between single quotes in firecREST's commands: a ``'`` breaks them."""
     d = home(firecrest_server)
-    resp = fc._post_request(endpoint="/filesystem/cluster/ops/upload", params={"path": str(d)},
-                            files={"file": ("it's.txt", b"data")})
+    resp = fc._post_request(
+        endpoint="/filesystem/cluster/ops/upload",
+        params={"path": str(d)},
+        files={"file": ("it's.txt", b"data")},
+    )
     assert resp.status_code == 500
-    assert resp.json()["message"].startswith("Remote process failed with exit status:2 and error message:bash:")
+    assert resp.json()["message"].startswith(
+        "Remote process failed with exit status:2 and error message:bash:"
+    )
     (d / "it's.txt").write_text("x")
-    resp = fc._get_request(endpoint="/filesystem/cluster/ops/stat", params={"path": str(d / "it's.txt")})
+    resp = fc._get_request(
+        endpoint="/filesystem/cluster/ops/stat", params={"path": str(d / "it's.txt")}
+    )
     assert resp.status_code == 500
 
 
 @pytest.mark.parametrize("version", ["2.5.6", "2.6.0"])
-def test_app_version_gates_the_name_filter(firecrest_server: FirecrestServer, fc: Any, version: str) -> None:
+def test_app_version_gates_the_name_filter(
+    firecrest_server: FirecrestServer, fc: Any, version: str
+) -> None:
     """``f7t-appversion`` is 2.5.6 (as released) unless set; pyfirecrest refuses ``name`` below
     2.6.0, and a 2.5.6 server ignores it (every job of the user comes back)."""
     from firecrest.FirecrestException import NotImplementedOnAPIversion
@@ -417,8 +537,12 @@ def test_app_version_gates_the_name_filter(firecrest_server: FirecrestServer, fc
     assert FirecrestServer(home(server) / "x", {}).app_version == "2.5.6"
     d = home(server)
     names = [f"fidelity-{version}-{os.getpid()}-{time.time_ns()}-{n}" for n in "ab"]
-    ids = [fc.submit("cluster", working_dir=str(d), script_str=f"#!/bin/bash\n#SBATCH --job-name={n}\ntrue\n")["jobId"]
-           for n in names]
+    ids = [
+        fc.submit(
+            "cluster", working_dir=str(d), script_str=f"#!/bin/bash\n#SBATCH --job-name={n}\ntrue\n"
+        )["jobId"]
+        for n in names
+    ]
     assert fc._get_request(endpoint="/status/systems").headers["f7t-appversion"] == version
     if version == "2.5.6":
         with pytest.raises(NotImplementedOnAPIversion):
@@ -431,10 +555,17 @@ def test_app_version_gates_the_name_filter(firecrest_server: FirecrestServer, fc
         assert [r["jobId"] for r in rows] == [ids[0]]
 
 
-@pytest.mark.parametrize(("version", "query", "since"), [("2.5.6", {}, "now-7days"), ("2.6.0", {}, "now-24hours"),
-                                                          ("2.6.0", {"time_window": "1h"}, "now-1hour")])
-def test_jobs_list_every_job_of_the_user_in_a_window(firecrest_server: FirecrestServer, fc: Any, version: str,
-                                                    query: dict[str, str], since: str) -> None:
+@pytest.mark.parametrize(
+    ("version", "query", "since"),
+    [
+        ("2.5.6", {}, "now-7days"),
+        ("2.6.0", {}, "now-24hours"),
+        ("2.6.0", {"time_window": "1h"}, "now-1hour"),
+    ],
+)
+def test_jobs_list_every_job_of_the_user_in_a_window(
+    firecrest_server: FirecrestServer, fc: Any, version: str, query: dict[str, str], since: str
+) -> None:
     """``GET jobs`` is sacct over a window (7 days on 2.5.6, 24 h or ``time_window`` later) plus
     squeue, for the Unix user: a job submitted without firecREST is listed too."""
     from servers.common import run_slurm
@@ -442,7 +573,17 @@ def test_jobs_list_every_job_of_the_user_in_a_window(firecrest_server: Firecrest
     server = firecrest_server
     server.app_version = version
     # running: a job that just ended may be in neither squeue nor (yet) sacct for a moment
-    r = run_slurm(["sbatch", "--parsable", "--job-name=outside-firecrest", "-o", "/dev/null", "--wrap", "sleep 30"])
+    r = run_slurm(
+        [
+            "sbatch",
+            "--parsable",
+            "--job-name=outside-firecrest",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 30",
+        ]
+    )
     outside = r.stdout.strip().split(";")[0]
     try:
         resp = fc._get_request(endpoint="/compute/cluster/jobs", params=query)
@@ -453,12 +594,17 @@ def test_jobs_list_every_job_of_the_user_in_a_window(firecrest_server: Firecrest
         run_slurm(["scancel", outside])
 
 
-def test_pending_job_record_has_null_codes_and_no_tasks(firecrest_server: FirecrestServer, fc: Any) -> None:
+def test_pending_job_record_has_null_codes_and_no_tasks(
+    firecrest_server: FirecrestServer, fc: Any
+) -> None:
     """A PENDING job comes from squeue: exit code and signal null, ``tasks: []``."""
     d = home(firecrest_server)
-    jid = fc.submit("cluster", working_dir=str(d),
-                    script_str="#!/bin/bash\n#SBATCH --partition=gpu\n#SBATCH --gres=gpu:a100:1\n#SBATCH --time=90\n"
-                               "true\n")["jobId"]
+    jid = fc.submit(
+        "cluster",
+        working_dir=str(d),
+        script_str="#!/bin/bash\n#SBATCH --partition=gpu\n#SBATCH --gres=gpu:a100:1\n#SBATCH --time=90\n"
+        "true\n",
+    )["jobId"]
     try:
         (row,) = fc.job_info("cluster", jid)
         assert row["status"]["state"] == "PENDING"
@@ -469,9 +615,13 @@ def test_pending_job_record_has_null_codes_and_no_tasks(firecrest_server: Firecr
         fc.cancel_job("cluster", jid)
 
 
-def test_finished_job_record_has_its_steps_as_tasks(firecrest_server: FirecrestServer, fc: Any) -> None:
+def test_finished_job_record_has_its_steps_as_tasks(
+    firecrest_server: FirecrestServer, fc: Any
+) -> None:
     d = home(firecrest_server)
-    jid = fc.submit("cluster", working_dir=str(d), script_str="#!/bin/bash\n#SBATCH --time=2\nexit 3\n")["jobId"]
+    jid = fc.submit(
+        "cluster", working_dir=str(d), script_str="#!/bin/bash\n#SBATCH --time=2\nexit 3\n"
+    )["jobId"]
     deadline = time.monotonic() + 30
     while True:
         (row,) = fc.job_info("cluster", jid)
@@ -484,8 +634,9 @@ def test_finished_job_record_has_its_steps_as_tasks(firecrest_server: FirecrestS
     assert any(t["id"] == f"{jid}.batch" and t["status"]["exitCode"] == 3 for t in row["tasks"])
 
 
-def test_cancel_of_an_unknown_or_finished_job_is_500_with_exit_status_0(firecrest_server: FirecrestServer,
-                                                                      fc: Any) -> None:
+def test_cancel_of_an_unknown_or_finished_job_is_500_with_exit_status_0(
+    firecrest_server: FirecrestServer, fc: Any
+) -> None:
     """``scancel --verbose`` exits 0 but prints an error: firecREST answers 500, never 404."""
     resp = fc._delete_request(endpoint="/compute/cluster/jobs/99999999")
     assert resp.status_code == 500
@@ -496,18 +647,36 @@ def test_cancel_of_an_unknown_or_finished_job_is_500_with_exit_status_0(firecres
 
 def test_invalid_account_is_500(firecrest_server: FirecrestServer, fc: Any) -> None:
     """Only accounting/QOS limits (``QOSMax...Limit``, ``AssocMax...Limit``) are 403."""
-    resp = fc._post_request(endpoint="/compute/cluster/jobs", json_data={"job": {
-        "working_directory": str(home(firecrest_server)), "script": "#!/bin/bash\n#SBATCH --account=nosuch\ntrue\n"}})
+    resp = fc._post_request(
+        endpoint="/compute/cluster/jobs",
+        json_data={
+            "job": {
+                "working_directory": str(home(firecrest_server)),
+                "script": "#!/bin/bash\n#SBATCH --account=nosuch\ntrue\n",
+            }
+        },
+    )
     assert resp.status_code == 500
-    assert resp.json()["message"].startswith("Unexpected Slurm command response. exit_status:1 std_err:sbatch: error:")
+    assert resp.json()["message"].startswith(
+        "Unexpected Slurm command response. exit_status:1 std_err:sbatch: error:"
+    )
     assert "Invalid account" in resp.json()["message"]
 
 
-def test_slow_sbatch_answers_408_and_submits_all_the_same(firecrest_server: FirecrestServer, fc: Any) -> None:
+def test_slow_sbatch_answers_408_and_submits_all_the_same(
+    firecrest_server: FirecrestServer, fc: Any
+) -> None:
     server = firecrest_server
     server.command_timeout, server.slow_sbatch = 1.0, 2.0
-    resp = fc._post_request(endpoint="/compute/cluster/jobs", json_data={"job": {
-        "working_directory": str(home(server)), "script": "#!/bin/bash\n#SBATCH --job-name=late-one\ntrue\n"}})
+    resp = fc._post_request(
+        endpoint="/compute/cluster/jobs",
+        json_data={
+            "job": {
+                "working_directory": str(home(server)),
+                "script": "#!/bin/bash\n#SBATCH --job-name=late-one\ntrue\n",
+            }
+        },
+    )
     assert resp.status_code == 408
     deadline = time.monotonic() + 20
     while not server.jobs:
@@ -516,8 +685,9 @@ def test_slow_sbatch_answers_408_and_submits_all_the_same(firecrest_server: Fire
 
 
 @pytest.mark.timing
-def test_ssh_outage_500_then_503_until_a_health_check_sees_it_back(firecrest_server: FirecrestServer,
-                                                                  fc: Any) -> None:
+def test_ssh_outage_500_then_503_until_a_health_check_sees_it_back(
+    firecrest_server: FirecrestServer, fc: Any
+) -> None:
     """A refused SSH connection is 500 (the OSError); once a health check failed, 503 for every
     request needing SSH, until the first check after SSH is back (every ``health_interval``)."""
     server = firecrest_server
@@ -532,11 +702,15 @@ def test_ssh_outage_500_then_503_until_a_health_check_sees_it_back(firecrest_ser
 
     server.set_ssh(False)
     assert codes() == (500, 500, 200)
-    assert "Connect call failed" in fc._get_request(endpoint="/compute/cluster/jobs").json()["message"]
+    assert (
+        "Connect call failed" in fc._get_request(endpoint="/compute/cluster/jobs").json()["message"]
+    )
     server.health_check()
     assert codes() == (503, 503, 200)
-    assert fc._get_request(endpoint="/compute/cluster/jobs").json()["message"] == \
-        "The scheduler service for the requested system (cluster) is unhealthy."
+    assert (
+        fc._get_request(endpoint="/compute/cluster/jobs").json()["message"]
+        == "The scheduler service for the requested system (cluster) is unhealthy."
+    )
     assert not any(s["healthy"] for s in fc.systems()[0]["servicesHealth"])
     server.set_ssh(True)
     assert codes() == (503, 503, 200)  # SSH is back, the last check says otherwise

@@ -46,7 +46,9 @@ def test_command_identity_is_sha256_of_canonical_json() -> None:
     assert t.digest == hashlib.sha256(text.encode()).hexdigest()[:16]
     assert t.task_id == f"python3-{t.digest}"
     # the digest does not depend on the name or the launcher
-    assert command(["/usr/bin/python3", "-c", "print(1)"], env={"A": "1"}, name="x").digest == t.digest
+    assert (
+        command(["/usr/bin/python3", "-c", "print(1)"], env={"A": "1"}, name="x").digest == t.digest
+    )
     assert command(["echo"], cwd="/tmp").digest != command(["echo"]).digest
 
 
@@ -148,7 +150,9 @@ def test_relative_cwd_is_refused() -> None:
     assert command(["true"], cwd="/tmp").cwd == "/tmp"
 
 
-def test_params_json_holds_exactly_the_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_params_json_holds_exactly_the_identity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """slurm-runtime §2: params.json is ``{kind, target, params, env, cwd}``, nothing else."""
     monkeypatch.setenv("LAUNCHERS_STATE_DIR", str(tmp_path / "state"))
     from launchers.config.model import LocalGroup

@@ -13,20 +13,40 @@ import pytest
 
 
 def cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "launchers.cli.main", *args], cwd=cwd, text=True,
-                          capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "launchers.cli.main", *args],
+        cwd=cwd,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture()
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "launchers.yaml").write_text("local:\n  - id: here\n    cpu: {cores: 2, memory: 4G}\n")
+    (tmp_path / "launchers.yaml").write_text(
+        "local:\n  - id: here\n    cpu: {cores: 2, memory: 4G}\n"
+    )
     monkeypatch.setenv("LAUNCHERS_CONFIG", str(tmp_path / "launchers.yaml"))
     monkeypatch.setenv("LAUNCHERS_STATE_DIR", str(tmp_path / "state"))
     return tmp_path
 
 
 def test_submit_wait_jobs_logs(here: Path) -> None:
-    r = cli("submit", "--wait", "--workdir", "xp", "--env", "A=b c", "--", "sh", "-c", 'echo "out $A"; echo e >&2', cwd=here)
+    r = cli(
+        "submit",
+        "--wait",
+        "--workdir",
+        "xp",
+        "--env",
+        "A=b c",
+        "--",
+        "sh",
+        "-c",
+        'echo "out $A"; echo e >&2',
+        cwd=here,
+    )
     assert r.returncode == 0, r.stderr
     task_id, native_id, directory = r.stdout.strip().split("\t")
     assert task_id.startswith("sh-") and native_id.isdigit() and Path(directory).is_dir()
@@ -93,15 +113,21 @@ def test_cancel_slurm_job_from_the_command_line(here: Path, slurm_cluster: dict[
         "print(job.native_id, job.state.value)\n"
         "xp.leave()\n"
     )
-    r = subprocess.run([sys.executable, str(script)], cwd=here, text=True, capture_output=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(script)], cwd=here, text=True, capture_output=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     native_id, state = r.stdout.split()
     assert state == "PENDING" and native_id.isdigit()
     r = cli("cancel", "--all", "xp", cwd=here)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[1] == "CANCELLED"
-    squeue = subprocess.run(["squeue", "--noheader", "--states=all", "--format=%i %T", "--jobs", native_id],
-                            text=True, capture_output=True, env=dict(os.environ, **slurm_cluster))
+    squeue = subprocess.run(
+        ["squeue", "--noheader", "--states=all", "--format=%i %T", "--jobs", native_id],
+        text=True,
+        capture_output=True,
+        env=dict(os.environ, **slurm_cluster),
+    )
     assert "CANCELLED" in squeue.stdout
 
 
@@ -122,8 +148,9 @@ def test_a_job_is_named_by_its_run_id_too(tmp_path: Path) -> None:
 
 
 @pytest.mark.slurm
-def test_submit_refused_by_sbatch_exits_2(slurm_cluster: dict[str, str], tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_submit_refused_by_sbatch_exits_2(
+    slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """sbatch refusing the job is a submission error: exit 2 with sbatch's message."""
     (tmp_path / "launchers.yaml").write_text(
         "slurm:\n  - id: refused\n    partitions:\n      nosuchpart:\n        nodes:\n"

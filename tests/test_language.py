@@ -111,7 +111,9 @@ def test_precedence_and_whitespace() -> None:
 
 
 def test_and_takes_maximum_and_concatenates_gpus() -> None:
-    value = parse("cpu(cores=2, mem=8G) & cpu(cores=4, mem=2G) & duration=1h & duration=2h & cuda() & cuda(mem=3G)")
+    value = parse(
+        "cpu(cores=2, mem=8G) & cpu(cores=4, mem=2G) & duration=1h & duration=2h & cuda() & cuda(mem=3G)"
+    )
     (alt,) = value.requirements
     assert alt.cpu == CPURequest(memory=8 * G, cores=4)
     assert alt.duration == 7200
@@ -122,9 +124,10 @@ def test_parentheses_distribute_like_python() -> None:
     x, a, b = duration("2h"), cuda_gpu("1G"), cpu(cores=4)
     assert parse("duration=2h & (cuda(mem=1G) | cpu(cores=4))") == as_union(x & (a | b))
     assert parse("(cuda(mem=1G) | cpu(cores=4)) & duration=2h") == as_union((a | b) & x)
-    assert parse("(cuda() | cpu()) & (duration=1h | duration=2h)").requirements == (
-        (cuda_gpu() | cpu()) & (duration("1h") | duration("2h"))
-    ).requirements
+    assert (
+        parse("(cuda() | cpu()) & (duration=1h | duration=2h)").requirements
+        == ((cuda_gpu() | cpu()) & (duration("1h") | duration("2h"))).requirements
+    )
     assert parse("((cuda()))") == as_union(cuda_gpu())
     # '*N' on a group of GPU-only alternatives repeats their GPUs, as in Python
     assert parse("(cuda(mem=1G) | cuda()*2)*2") == as_union((cuda_gpu("1G") | cuda_gpu() * 2) * 2)
@@ -324,7 +327,9 @@ def _expressions(draw: st.DrawFn, depth: int = 2) -> tuple[str, HostRequirement 
 
 @settings(max_examples=100, deadline=None)
 @given(_expressions())
-def test_strings_equal_python_expressions(pair: tuple[str, HostRequirement | RequirementUnion]) -> None:
+def test_strings_equal_python_expressions(
+    pair: tuple[str, HostRequirement | RequirementUnion],
+) -> None:
     text, value = pair
     parsed = parse(text)
     assert parsed == as_union(value)
@@ -376,14 +381,25 @@ def test_limits_are_errors_not_hangs() -> None:
     [
         ("cuda(model=A100)", 6, "unknown key 'model' in cuda(...)", ("'mem='",)),
         ("cuda(mem=big)", 10, "mem= needs a size", ("a size such as 24G",)),
-        ("cpu(cores=many)", 11, "cores= needs a whole number of cores", ("a whole number of cores such as 4",)),
+        (
+            "cpu(cores=many)",
+            11,
+            "cores= needs a whole number of cores",
+            ("a whole number of cores such as 4",),
+        ),
         ("duration=long", 10, "duration= needs a duration", ("a duration such as 4h",)),
         ("cpu(cores=2, cores=8)", 14, "key 'cores' repeated", ("'mem='", "')'")),
-        ("cpu(cores=0)", 11, "cores=0: cores must be at least 1", ("a whole number of cores such as 4",)),
+        (
+            "cpu(cores=0)",
+            11,
+            "cores=0: cores must be at least 1",
+            ("a whole number of cores such as 4",),
+        ),
     ],
 )
-def test_value_errors_say_where_and_what_was_expected(text: str, column: int, start: str,
-                                                      expected: tuple[str, ...]) -> None:
+def test_value_errors_say_where_and_what_was_expected(
+    text: str, column: int, start: str, expected: tuple[str, ...]
+) -> None:
     """finder §1: every syntax error shows the column and what was expected there; a key the
     language does not know is reported at the key even when its value starts with a word."""
     e = _error(text)
@@ -428,7 +444,9 @@ def test_gpu_kinds_are_kept_apart() -> None:
     assert str(alt) == "cuda(mem=4GiB) & gpu(mem=4GiB) & mps(mem=4GiB)"
     assert str(parse("gpu()*2 & mps()")) == "gpu()*2 & mps()"
     assert parse(str(alt)).requirements == (alt,)
-    assert (gpu() * 2 & mps()).requirements[0].cuda_gpus == [GPURequest(0, "gpu")] * 2 + [GPURequest(0, "mps")]
+    assert (gpu() * 2 & mps()).requirements[0].cuda_gpus == [GPURequest(0, "gpu")] * 2 + [
+        GPURequest(0, "mps")
+    ]
     assert launchers.gpu is gpu and launchers.mps is mps
     with pytest.raises(RequirementSyntaxError, match="repeats GPUs: it must follow cuda"):
         cpu() * 2

@@ -19,7 +19,9 @@ from launchers.jobs import loop
 
 
 @pytest.fixture(params=["pidfd", "thread"])
-def connector(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalConnector]:
+def connector(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[LocalConnector]:
     """Both ways of following a command give the same results."""
     if request.param == "pidfd" and not local._PIDFD:
         pytest.skip("this kernel gives no pidfds")
@@ -36,21 +38,33 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    return (
+        Path(f"/proc/{pid}/stat").exists()
+        and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    )
 
 
-def test_output_exit_code_env_unset_and_cwd(connector: LocalConnector, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_output_exit_code_env_unset_and_cwd(
+    connector: LocalConnector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LAUNCHERS_T_DROP", "1")
-    res = run(connector.run(["sh", "-c", 'echo "$A|${LAUNCHERS_T_DROP-unset}|$(pwd)"; echo e >&2; exit 3'],
-                            env={"A": "x y"}, unset={"LAUNCHERS_T_DROP"}, cwd=str(tmp_path)))
+    res = run(
+        connector.run(
+            ["sh", "-c", 'echo "$A|${LAUNCHERS_T_DROP-unset}|$(pwd)"; echo e >&2; exit 3'],
+            env={"A": "x y"},
+            unset={"LAUNCHERS_T_DROP"},
+            cwd=str(tmp_path),
+        )
+    )
     assert res.returncode == 3  # type: ignore[attr-defined]
     assert res.stdout == f"x y|unset|{tmp_path}\n"  # type: ignore[attr-defined]
     assert res.stderr == "e\n"  # type: ignore[attr-defined]
 
 
 def test_large_output_on_both_pipes(connector: LocalConnector) -> None:
-    res = run(connector.run(["sh", "-c", "head -c 3000000 /dev/zero; head -c 200000 /dev/zero >&2"]))
+    res = run(
+        connector.run(["sh", "-c", "head -c 3000000 /dev/zero; head -c 200000 /dev/zero >&2"])
+    )
     assert len(res.stdout) == 3_000_000 and len(res.stderr) == 200_000  # type: ignore[attr-defined]
 
 
@@ -70,7 +84,9 @@ def test_timeout_kills_the_command(connector: LocalConnector, tmp_path: Path) ->
 
 
 @pytest.mark.timing
-def test_a_grandchild_holding_the_pipes_delays_at_most_five_seconds(connector: LocalConnector) -> None:
+def test_a_grandchild_holding_the_pipes_delays_at_most_five_seconds(
+    connector: LocalConnector,
+) -> None:
     t0 = time.monotonic()
     with pytest.raises(ConnectorError, match="gave no answer"):
         run(connector.run(["sh", "-c", "sleep 20 & echo started"], timeout=0.5))
@@ -96,7 +112,8 @@ def test_cancelled_command_is_killed_and_reaped(tmp_path: Path) -> None:
 
     async def cancel_it() -> None:
         task = asyncio.ensure_future(
-            LocalConnector().run(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 30"]))
+            LocalConnector().run(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 30"])
+        )
         for _ in range(100):
             await asyncio.sleep(0.02)
             if pidfile.exists() and pidfile.read_text().strip():
@@ -125,7 +142,9 @@ def test_many_concurrent_commands(connector: LocalConnector) -> None:
 # -- blocking(): inline while fast, worker threads for a while after a slow call ----------------------
 
 
-def test_blocking_runs_inline_then_in_threads_after_a_slow_call(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_blocking_runs_inline_then_in_threads_after_a_slow_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(loop, "_threads_until", 0.0)
     monkeypatch.setattr(loop, "INLINE_LIMIT", 0.05)  # a busy test machine cannot make a no-op slow
     seen: list[bool] = []

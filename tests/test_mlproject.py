@@ -46,7 +46,11 @@ entry_points:
 """
 
 
-def project(tmp_path: Path, text: str = MLPROJECT, files: tuple[str, ...] = ("train.py", "data/a.csv", "run.sh")) -> Path:
+def project(
+    tmp_path: Path,
+    text: str = MLPROJECT,
+    files: tuple[str, ...] = ("train.py", "data/a.csv", "run.sh"),
+) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "MLproject").write_text(text)
     for f in files:
@@ -65,24 +69,35 @@ def test_load_and_build(tmp_path: Path) -> None:
     ep = mp.entry_point()
     assert [p.name for p in ep.parameters] == ["lr", "data", "name", "src"]
     cmd = build_command(ep, {"data": "./data/a.csv", "name": "it's a b"}, UPLOADED)
-    assert cmd == "python train.py --lr 0.1 --data data/a.csv --name 'it'\"'\"'s a b' --src s3://bucket/key"
+    assert (
+        cmd
+        == "python train.py --lr 0.1 --data data/a.csv --name 'it'\"'\"'s a b' --src s3://bucket/key"
+    )
 
 
 def test_braces_and_extra_params(tmp_path: Path) -> None:
     ep = load_mlproject(project(tmp_path)).entry_point("braces")
     # extra parameters are appended (Mantik refused them)
-    assert build_command(ep, {"x": "$(id)", "extra": "a b"}) == "echo ${HOME} {literal} '$(id)' --extra 'a b'"
+    assert (
+        build_command(ep, {"x": "$(id)", "extra": "a b"})
+        == "echo ${HOME} {literal} '$(id)' --extra 'a b'"
+    )
 
 
 def test_newlines_keep_their_meaning(tmp_path: Path) -> None:
     ep = load_mlproject(project(tmp_path)).entry_point("multi")
-    assert build_command(ep, {}) == "echo one\necho two \\\n  --flag\n"  # Mantik joined lines with spaces
+    assert (
+        build_command(ep, {}) == "echo one\necho two \\\n  --flag\n"
+    )  # Mantik joined lines with spaces
 
 
 @pytest.mark.parametrize(
     ("command", "fragment"),
     [
-        ("python a.py\n  --lr 1", "this line continues the previous one; join them or end it with `\\`"),
+        (
+            "python a.py\n  --lr 1",
+            "this line continues the previous one; join them or end it with `\\`",
+        ),
         ("echo {missing}", "placeholder {missing} names no declared parameter"),
         ("echo {x!r}", "not a parameter name"),
         ("echo {0}", "not a parameter name"),
@@ -91,8 +106,10 @@ def test_newlines_keep_their_meaning(tmp_path: Path) -> None:
 )
 def test_command_errors_when_selected(tmp_path: Path, command: str, fragment: str) -> None:
     """A malformed entry point is refused when it is selected, never at load: another runs."""
-    text = (f"entry_points:\n  main:\n    parameters: {{x: string}}\n    command: {json.dumps(command)}\n"
-            "  other:\n    command: echo ok\n")
+    text = (
+        f"entry_points:\n  main:\n    parameters: {{x: string}}\n    command: {json.dumps(command)}\n"
+        "  other:\n    command: echo ok\n"
+    )
     mp = load_mlproject(project(tmp_path, text))
     assert build_command(mp.entry_point("other"), {}) == "echo ok"
     with pytest.raises(ConfigurationError) as info:
@@ -125,23 +142,36 @@ def test_only_unloadable_files_are_refused_at_load(tmp_path: Path) -> None:
     for i, text in enumerate(("entry_points: [main]\n", "- a\n", "a: [\n")):
         with pytest.raises(ConfigurationError) as info:
             load_mlproject(project(tmp_path / str(i), text))
-        assert re.match(re.escape(str(tmp_path / str(i) / "MLproject")) + r":\d+:\d+: \S", str(info.value))
+        assert re.match(
+            re.escape(str(tmp_path / str(i) / "MLproject")) + r":\d+:\d+: \S", str(info.value)
+        )
 
 
 def test_any_type_word_is_a_string(tmp_path: Path) -> None:
     """MLflow changes only path and uri values; int, bool, str... pass unchanged, and a
     parameter whose declaration is broken still counts as declared (no follow-on message)."""
-    text = ("entry_points:\n  main:\n    parameters:\n      n: {type: int, default: 15}\n      b: bool\n"
-            "      s: {type: str, default: ''}\n      f: {type: float, default: .0}\n      t: {type: 3}\n"
-            "    command: run {n} {b} {s} {f} {t}\n"
-            "  broken:\n    parameters: {k: 7}\n    command: run {k}\n")
+    text = (
+        "entry_points:\n  main:\n    parameters:\n      n: {type: int, default: 15}\n      b: bool\n"
+        "      s: {type: str, default: ''}\n      f: {type: float, default: .0}\n      t: {type: 3}\n"
+        "    command: run {n} {b} {s} {f} {t}\n"
+        "  broken:\n    parameters: {k: 7}\n    command: run {k}\n"
+    )
     mp = load_mlproject(project(tmp_path, text))
     ep = mp.entry_point()
     assert [(p.type, p.default) for p in ep.parameters] == [
-        ("int", "15"), ("bool", None), ("str", ""), ("float", "0.0"), ("3", None)]
+        ("int", "15"),
+        ("bool", None),
+        ("str", ""),
+        ("float", "0.0"),
+        ("3", None),
+    ]
     assert build_command(ep, {"b": "True", "t": "x", "f": "abc"}) == "run 15 True '' abc x"
-    assert value_notes(ep, {"f": "abc"}) == ["parameter f: 'abc' is not a number (type float); passed unchanged, as MLflow does"]
-    assert any("entry_points.main.parameters.t.type: an integer, not a type name" in w for w in ep.warnings)
+    assert value_notes(ep, {"f": "abc"}) == [
+        "parameter f: 'abc' is not a number (type float); passed unchanged, as MLflow does"
+    ]
+    assert any(
+        "entry_points.main.parameters.t.type: an integer, not a type name" in w for w in ep.warnings
+    )
     with pytest.raises(ConfigurationError) as info:
         mp.entry_point("broken")
     assert "entry_points.broken.parameters.k" in str(info.value)
@@ -158,14 +188,18 @@ def test_file_name_in_any_case(tmp_path: Path, name: str) -> None:
 def test_two_mlproject_files_are_an_error(tmp_path: Path) -> None:
     (tmp_path / "MLproject").write_text("entry_points: {}\n")
     (tmp_path / "mlproject").write_text("entry_points: {}\n")
-    with pytest.raises(ConfigurationError, match=r"several MLproject files .*: MLproject, mlproject"):
+    with pytest.raises(
+        ConfigurationError, match=r"several MLproject files .*: MLproject, mlproject"
+    ):
         load_mlproject(tmp_path)
 
 
 def test_keys_mlflow_ignores_are_warnings(tmp_path: Path) -> None:
-    text = ("name: x\nkubernetes_env: {job_namespace: ml}\nnam: y\n"
-            "entry_points:\n  main:\n    comand: nope\n    command: echo {a}\n"
-            "    parameters: {a: {type: string, default: v, description: d}}\n")
+    text = (
+        "name: x\nkubernetes_env: {job_namespace: ml}\nnam: y\n"
+        "entry_points:\n  main:\n    comand: nope\n    command: echo {a}\n"
+        "    parameters: {a: {type: string, default: v, description: d}}\n"
+    )
     mp = load_mlproject(project(tmp_path, text))
     f = tmp_path / "MLproject"
     assert mp.warnings == (
@@ -175,13 +209,17 @@ def test_keys_mlflow_ignores_are_warnings(tmp_path: Path) -> None:
     ep = mp.entry_point()
     assert build_command(ep, {}) == "echo v"
     assert [w.split(": ", 2)[1] for w in ep.warnings] == [
-        "entry_points.main.comand", "entry_points.main.parameters.a.description"]
+        "entry_points.main.comand",
+        "entry_points.main.parameters.a.description",
+    ]
     assert "did you mean 'command'" in ep.warnings[0]
 
 
 def test_duplicate_key_keeps_the_last_with_a_warning(tmp_path: Path) -> None:
-    text = ("entry_points:\n  main:\n    command: echo first\n    command: echo second\n"
-            "  main:\n    command: echo third\n")
+    text = (
+        "entry_points:\n  main:\n    command: echo first\n    command: echo second\n"
+        "  main:\n    command: echo third\n"
+    )
     mp = load_mlproject(project(tmp_path, text))
     assert mp.entry_point().command == "echo third"
     f = tmp_path / "MLproject"
@@ -228,7 +266,9 @@ def test_param_args() -> None:
 
 
 def test_all_missing_listed_once() -> None:
-    ep = EntryPoint("main", "run {a} {b} {c}", (Parameter("a"), Parameter("b"), Parameter("c", default="1")))
+    ep = EntryPoint(
+        "main", "run {a} {b} {c}", (Parameter("a"), Parameter("b"), Parameter("c", default="1"))
+    )
     with pytest.raises(ParameterError) as info:
         build_command(ep, {})
     assert "a, b" in str(info.value) and "-P a=VALUE -P b=VALUE" in str(info.value)
@@ -259,7 +299,11 @@ def test_types(ptype: str, value: str, expected: object) -> None:
 
 
 @settings(max_examples=200)
-@given(st.text(alphabet=st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), max_size=20))
+@given(
+    st.text(
+        alphabet=st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), max_size=20
+    )
+)
 def test_substituted_value_is_one_word(value: str) -> None:
     ep = EntryPoint("main", "run {p}", (Parameter("p"),))
     assert shlex.split(build_command(ep, {"p": value})) == ["run", value]
@@ -272,9 +316,16 @@ def test_mlflow_variables() -> None:
         "MLFLOW_RUN_ID": "r1",
         "OTHER": "o",
     }
-    assert passed_environment(environ, []) == [("MLFLOW_TRACKING_URI", "https://mlflow.example"), ("MLFLOW_RUN_ID", "r1")]
-    assert ("MLFLOW_TRACKING_TOKEN", "secret") in passed_environment(environ, ["MLFLOW_TRACKING_TOKEN"])
-    assert passed_environment(environ, [], frozenset({"MLFLOW_RUN_ID"})) == [("MLFLOW_TRACKING_URI", "https://mlflow.example")]
+    assert passed_environment(environ, []) == [
+        ("MLFLOW_TRACKING_URI", "https://mlflow.example"),
+        ("MLFLOW_RUN_ID", "r1"),
+    ]
+    assert ("MLFLOW_TRACKING_TOKEN", "secret") in passed_environment(
+        environ, ["MLFLOW_TRACKING_TOKEN"]
+    )
+    assert passed_environment(environ, [], frozenset({"MLFLOW_RUN_ID"})) == [
+        ("MLFLOW_TRACKING_URI", "https://mlflow.example")
+    ]
     with pytest.raises(ParameterError, match="not set"):
         passed_environment(environ, ["UNSET_VARIABLE"])
 
@@ -298,7 +349,9 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 
 
 def make_run_project(tmp_path: Path) -> Path:
-    root = project(tmp_path / "proj", files=("train.py", "data/a.csv", "keep.csv", "venv/bin/activate"))
+    root = project(
+        tmp_path / "proj", files=("train.py", "data/a.csv", "keep.csv", "venv/bin/activate")
+    )
     (root / "backend.yaml").write_text(BACKEND)
     return root
 
@@ -306,22 +359,43 @@ def make_run_project(tmp_path: Path) -> Path:
 def test_dry_run_unicore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_run_project(tmp_path)
     rc, out, err = run_cli(
-        capsys, str(root), "--backend-config", str(root / "backend.yaml"), "-P", "data=keep.csv",
-        "-P", "name=x", "--dry-run", "--workdir", str(tmp_path / "runs"),
+        capsys,
+        str(root),
+        "--backend-config",
+        str(root / "backend.yaml"),
+        "-P",
+        "data=keep.csv",
+        "-P",
+        "name=x",
+        "--dry-run",
+        "--workdir",
+        str(tmp_path / "runs"),
     )
     assert rc == 0, err
     assert "conda_env is not used" in err
-    assert "data/a.csv  (pattern '*.csv')" in out and "backend.yaml  (pattern 'backend.yaml')" in out
-    assert "  keep.csv" in out and "  venv/bin/activate" in out  # a relative Python is accepted (Mantik refused it)
+    assert (
+        "data/a.csv  (pattern '*.csv')" in out and "backend.yaml  (pattern 'backend.yaml')" in out
+    )
+    assert (
+        "  keep.csv" in out and "  venv/bin/activate" in out
+    )  # a relative Python is accepted (Mantik refused it)
     desc = json.loads(out.split("job description:\n", 1)[1].split("\n\nBSS file", 1)[0])
-    assert desc["Job type"] == "raw" and desc["BSS file"] == "job.sbatch" and "Resources" not in desc
+    assert (
+        desc["Job type"] == "raw" and desc["BSS file"] == "job.sbatch" and "Resources" not in desc
+    )
     bss = out.split("BSS file (job.sbatch):\n", 1)[1].split("\njob.sh:", 1)[0]
     for line in ("--partition=batch", "--time=0-00:10:00", "--mem=1024M", "--output=job.out"):
         assert f"#SBATCH {line}\n" in bss, line
-    assert desc["Executable"] == "./job.sh" and desc["Stdout"] == "job.out" and desc["Stderr"] == "job.err"
+    assert (
+        desc["Executable"] == "./job.sh"
+        and desc["Stdout"] == "job.out"
+        and desc["Stderr"] == "job.err"
+    )
     assert "source venv/bin/activate" in out
     assert 'export GREETING="hello $USER"' in out
-    assert out.rstrip().endswith("python train.py --lr 0.1 --data keep.csv --name x --src s3://bucket/key")
+    assert out.rstrip().endswith(
+        "python train.py --lr 0.1 --data keep.csv --name x --src s3://bucket/key"
+    )
     assert not (tmp_path / "runs").exists()  # nothing written, nothing submitted
 
 
@@ -333,9 +407,20 @@ def test_dry_run_firecrest_with_image(tmp_path: Path, capsys: pytest.CaptureFixt
         "Environment: {Apptainer: {Path: image.sif, Options: ['-B $HOME/data:/data']}}\n"
         "Resources: {Queue: normal, CPUsPerNode: 4}\nExclude: [image.sif, '*.csv', venv/]\n"
     )
-    rc, out, err = run_cli(capsys, str(root), "--backend-config", str(root / "backend.yaml"), "-e", "train.py", "--dry-run")
+    rc, out, err = run_cli(
+        capsys,
+        str(root),
+        "--backend-config",
+        str(root / "backend.yaml"),
+        "-e",
+        "train.py",
+        "--dry-run",
+    )
     assert rc == 0, err
-    assert "image.sif  5 B  [Apptainer image, uploaded to the run directory's root even though Exclude matches it]" in out
+    assert (
+        "image.sif  5 B  [Apptainer image, uploaded to the run directory's root even though Exclude matches it]"
+        in out
+    )
     assert "#SBATCH --partition=normal" in out and "#SBATCH --cpus-per-task=4" in out
     assert 'export SRUN_CPUS_PER_TASK="4"' in out
     assert 'srun apptainer run "-B" "$HOME/data:/data" image.sif python train.py' in out
@@ -346,16 +431,30 @@ def test_dry_run_firecrest_with_image(tmp_path: Path, capsys: pytest.CaptureFixt
     [
         (["-P", "name=x"], "no value for parameter data"),
         (["-P", "data=a.csv", "-P", "name=x"], "not an uploaded project path"),  # excluded
-        (["-P", "data=keep.csv", "-P", "name=x", "--pass-env", "LAUNCHERS_TEST_UNSET_VAR"], "not set"),
+        (
+            ["-P", "data=keep.csv", "-P", "name=x", "--pass-env", "LAUNCHERS_TEST_UNSET_VAR"],
+            "not set",
+        ),
         (["-e", "nope"], "unknown entry point"),
         (["--group", "g"], "launchers.yaml"),
     ],
 )
-def test_run_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], fragment: str) -> None:
+def test_run_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], fragment: str
+) -> None:
     root = make_run_project(tmp_path)
     cfg = tmp_path / "launchers.yaml"
     cfg.write_text("local:\n  - id: here\n")
-    rc, _out, err = run_cli(capsys, str(root), "--backend-config", str(root / "backend.yaml"), "--config", str(cfg), "--dry-run", *extra)
+    rc, _out, err = run_cli(
+        capsys,
+        str(root),
+        "--backend-config",
+        str(root / "backend.yaml"),
+        "--config",
+        str(cfg),
+        "--dry-run",
+        *extra,
+    )
     assert rc == 2
     assert err.startswith("launchers: ") and fragment in err and "Traceback" not in err
 
@@ -363,18 +462,32 @@ def test_run_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: l
 def test_excluded_python_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_run_project(tmp_path)
     (root / "backend.yaml").write_text(BACKEND.replace('"image.sif"]', '"image.sif", venv]'))
-    rc, _, err = run_cli(capsys, str(root), "--backend-config", str(root / "backend.yaml"), "-P", "data=keep.csv", "-P", "name=x", "--dry-run")
+    rc, _, err = run_cli(
+        capsys,
+        str(root),
+        "--backend-config",
+        str(root / "backend.yaml"),
+        "-P",
+        "data=keep.csv",
+        "-P",
+        "name=x",
+        "--dry-run",
+    )
     assert rc == 2 and "excluded (pattern 'venv')" in err
 
 
-def test_backend_or_requirement_required(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_backend_or_requirement_required(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as info:
         main(["run", str(tmp_path)])
     assert info.value.code == 2
     capsys.readouterr()
 
 
-def test_submission_boundary(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_submission_boundary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without --dry-run the plan goes to launchers.remote.submit.run_project with the flags."""
     import launchers.cli.run as run_module
 
@@ -386,8 +499,18 @@ def test_submission_boundary(tmp_path: Path, capsys: pytest.CaptureFixture[str],
         return 7
 
     monkeypatch.setattr(run_module, "submitter", lambda: fake_run_project)
-    rc, _, err = run_cli(capsys, str(root), "--backend-config", str(root / "backend.yaml"), "-P", "data=keep.csv",
-                         "-P", "name=x", "--no-follow", "--cancel-on-interrupt")
+    rc, _, err = run_cli(
+        capsys,
+        str(root),
+        "--backend-config",
+        str(root / "backend.yaml"),
+        "-P",
+        "data=keep.csv",
+        "-P",
+        "name=x",
+        "--no-follow",
+        "--cancel-on-interrupt",
+    )
     assert rc == 7, err
     plan, follow, cancel = calls[0]
     assert (follow, cancel) == (False, True)
@@ -419,12 +542,28 @@ def test_dry_run_with_requirement(tmp_path: Path, capsys: pytest.CaptureFixture[
     root = make_run_project(tmp_path)
     cfg = tmp_path / "launchers.yaml"
     cfg.write_text(FIRECREST_GROUP)
-    rc, out, err = run_cli(capsys, str(root), "-r", "duration=2h & cuda(mem=10G)", "--config", str(cfg),
-                           "-P", "data=keep.csv", "-P", "name=x", "--dry-run")
+    rc, out, err = run_cli(
+        capsys,
+        str(root),
+        "-r",
+        "duration=2h & cuda(mem=10G)",
+        "--config",
+        str(cfg),
+        "-P",
+        "data=keep.csv",
+        "-P",
+        "name=x",
+        "--dry-run",
+    )
     assert rc == 0, err
     assert "group daint" in out and "account: acct" in out
-    for line in ("#SBATCH --partition=normal", "#SBATCH --gpus-per-node=1", "#SBATCH --account=acct",
-                 'export X="1"', "module load cray-python"):
+    for line in (
+        "#SBATCH --partition=normal",
+        "#SBATCH --gpus-per-node=1",
+        "#SBATCH --account=acct",
+        'export X="1"',
+        "module load cray-python",
+    ):
         assert line in out
 
 
@@ -434,7 +573,12 @@ def test_from_backend_config(tmp_path: Path) -> None:
     root = make_run_project(tmp_path)
     launcher = from_backend_config(root / "backend.yaml", account="proj")
     assert launcher.kind == "unicore"
-    assert launcher.sbatch_args() == ["--partition=batch", "--mem=1024M", "--time=00:10:00", "--account=proj"]
+    assert launcher.sbatch_args() == [
+        "--partition=batch",
+        "--mem=1024M",
+        "--time=00:10:00",
+        "--account=proj",
+    ]
     assert launcher.group.site.url == "https://unicore.example:9112/SITE/rest/core"
     assert launcher.group.environment["Python"] == "venv"
 
@@ -443,15 +587,29 @@ def test_account_option_wins_over_site(tmp_path: Path, capsys: pytest.CaptureFix
     root = make_run_project(tmp_path)
     cfg = tmp_path / "launchers.yaml"
     cfg.write_text(FIRECREST_GROUP)
-    rc, out, err = run_cli(capsys, str(root), "-r", "cuda(mem=10G)", "--config", str(cfg), "--account", "mine",
-                           "-P", "data=keep.csv", "-P", "name=x", "--dry-run")
+    rc, out, err = run_cli(
+        capsys,
+        str(root),
+        "-r",
+        "cuda(mem=10G)",
+        "--config",
+        str(cfg),
+        "--account",
+        "mine",
+        "-P",
+        "data=keep.csv",
+        "-P",
+        "name=x",
+        "--dry-run",
+    )
     assert rc == 0, err
     assert "#SBATCH --account=mine" in out and "--account=acct" not in out
 
 
 @pytest.mark.parametrize("site", ["unicore", "firecrest"])
-def test_backend_config_resources_are_sent_as_written(tmp_path: Path, site: str,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_backend_config_resources_are_sent_as_written(
+    tmp_path: Path, site: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """remote-sites §2: a standalone Compute Backend Config's Resources go out as written (§1.2
     table): TotalCPUs, Reservation, Runtime in seconds for UNICORE; D-HH:MM:SS for firecREST;
     the account falls back to $MANTIK_COMPUTE_BUDGET_ACCOUNT."""
@@ -462,8 +620,11 @@ def test_backend_config_resources_are_sent_as_written(tmp_path: Path, site: str,
     from launchers.remote.http import task_payload
 
     monkeypatch.setenv("MANTIK_COMPUTE_BUDGET_ACCOUNT", "budget")
-    head = ('UnicoreApiUrl: "https://u.example:9112/S/rest/core"\n' if site == "unicore" else
-            'Firecrest: {ApiUrl: "https://fc.example", TokenUrl: "https://auth.example/t", Machine: m}\n')
+    head = (
+        'UnicoreApiUrl: "https://u.example:9112/S/rest/core"\n'
+        if site == "unicore"
+        else 'Firecrest: {ApiUrl: "https://fc.example", TokenUrl: "https://auth.example/t", Machine: m}\n'
+    )
     path = tmp_path / "backend.yaml"
     path.write_text(head + "Resources: {Queue: batch, Runtime: 90s, Nodes: 2, TotalCPUs: 8, Reservation: r1,"
                     " MemoryPerNode: 1G, QoS: q}\n")  # fmt: skip
@@ -475,26 +636,42 @@ def test_backend_config_resources_are_sent_as_written(tmp_path: Path, site: str,
     if site == "unicore":
         assert payload.description is not None and "Resources" not in payload.description
         assert payload.description["Job type"] == "raw" and payload.bss_file("x") is not None
-    script = payload.bss_file(payload.name_for(1)) if site == "unicore" else payload.script("/scratch/run")
+    script = (
+        payload.bss_file(payload.name_for(1))
+        if site == "unicore"
+        else payload.script("/scratch/run")
+    )
     if script:
         for line in ("--partition=batch", "--time=0-00:02:00", "--nodes=2", "--ntasks=8", "--mem=1024M",
                      "--reservation=r1", "--qos=q", "--account=budget"):  # fmt: skip
             assert f"#SBATCH {line}\n" in script, line
 
 
-def test_validate_reports_every_entry_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_reports_every_entry_point(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``launchers validate`` checks all entry points of an MLproject (a file or its directory)."""
-    good = project(tmp_path / "good", "kubernetes_env: {}\nentry_points: {main: {command: echo hi}}\n", files=())
+    good = project(
+        tmp_path / "good",
+        "kubernetes_env: {}\nentry_points: {main: {command: echo hi}}\n",
+        files=(),
+    )
     assert main(["validate", str(good)]) == 0
     out, err = capsys.readouterr()
     assert out == f"{good / 'MLproject'}: OK (MLproject; entry points: main)\n"
     assert "warning: " in err and "kubernetes_env: not a key MLflow reads" in err
-    bad = project(tmp_path / "bad", "entry_points:\n  a: {command: 'echo {x}'}\n  b: {parameters: {y: 1}, command: 'echo {y}'}\n"
-                  "  c: {command: echo ok}\n", files=())
+    bad = project(
+        tmp_path / "bad",
+        "entry_points:\n  a: {command: 'echo {x}'}\n  b: {parameters: {y: 1}, command: 'echo {y}'}\n"
+        "  c: {command: echo ok}\n",
+        files=(),
+    )
     (bad / "MLproject").rename(bad / "MLProject")
     assert main(["validate", str(bad / "MLProject")]) == 2
     _, err = capsys.readouterr()
     lines = err.strip().split("\n")
     assert len(lines) == 2 and "Traceback" not in err
-    assert lines[0].startswith(f"launchers: {bad / 'MLProject'}:2:") and "placeholder {x}" in lines[0]
+    assert (
+        lines[0].startswith(f"launchers: {bad / 'MLProject'}:2:") and "placeholder {x}" in lines[0]
+    )
     assert "entry_points.b.parameters.y" in lines[1]

@@ -35,8 +35,16 @@ def site(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Any, Path
     server = request.getfixturevalue(f"{kind}_server")
     cfg = tmp_path / "backend.json"
     head: dict[str, Any] = (
-        {"UnicoreApiUrl": server.base_url} if kind == "unicore"
-        else {"Firecrest": {"ApiUrl": server.api_url, "TokenUrl": server.token_url, "Machine": server.machine}})
+        {"UnicoreApiUrl": server.base_url}
+        if kind == "unicore"
+        else {
+            "Firecrest": {
+                "ApiUrl": server.api_url,
+                "TokenUrl": server.token_url,
+                "Machine": server.machine,
+            }
+        }
+    )
     cfg.write_text(json.dumps({**head, "Resources": {"Queue": "debug", "Runtime": "10m"}}))
     return kind, server, cfg
 
@@ -45,8 +53,9 @@ def site_jobs(kind: str, server: Any) -> int:
     return len(server.jobs)
 
 
-def test_a_crash_in_attempt_2_never_adopts_attempt_1(site: tuple[str, Any, Path], tmp_path: Path,
-                                                     capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_a_crash_in_attempt_2_never_adopts_attempt_1(
+    site: tuple[str, Any, Path], tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     """Attempt 1 completed; attempt 2 was recorded SUBMITTING and its process died before the
     site answered. Running again submits attempt 2 (its own name or tag), never taking attempt
     1's finished job, of the same run directory, for it."""
@@ -65,8 +74,12 @@ def test_a_crash_in_attempt_2_never_adopts_attempt_1(site: tuple[str, Any, Path]
     extra: dict[str, Any] = {"owner": None}
     if kind == "unicore":
         extra["unicore_tag"] = f"{first.extra['run_id']}-a2"
-    write_record(directory, first.next_attempt("forced re-run").transition(
-        JobState.SUBMITTING, "simulated crash", job_name=name2, extra=extra))
+    write_record(
+        directory,
+        first.next_attempt("forced re-run").transition(
+            JobState.SUBMITTING, "simulated crash", job_name=name2, extra=extra
+        ),
+    )
     job_module._jobs.pop(directory.absolute(), None)  # as in a new process
     t0 = time.monotonic()
     rc = main(args)
@@ -79,17 +92,33 @@ def test_a_crash_in_attempt_2_never_adopts_attempt_1(site: tuple[str, Any, Path]
     assert time.monotonic() - t0 < 45
 
 
-def test_logs_follow_of_a_detached_run_follows_it_through_the_site(site: tuple[str, Any, Path], tmp_path: Path,
-                                                                   capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_logs_follow_of_a_detached_run_follows_it_through_the_site(
+    site: tuple[str, Any, Path], tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     """``--no-follow`` returns once the site took the job and tells to run ``launchers logs
     --follow``: with no process left following the run, that command asks the site itself,
     prints the output as it comes and ends with the run (exit 0: COMPLETED)."""
     kind, _server, cfg = site
     proj = make_project(tmp_path)
     env = dict(os.environ, TRAIN_SLEEP="3")
-    proc = subprocess.run([sys.executable, "-m", "launchers", "run", str(proj), "--backend-config", str(cfg),
-                           "--workdir", str(tmp_path / "runs"), "--no-follow"], env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launchers",
+            "run",
+            str(proj),
+            "--backend-config",
+            str(cfg),
+            "--workdir",
+            str(tmp_path / "runs"),
+            "--no-follow",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "launchers logs --follow " in proc.stderr and f"submitted ({kind}, job " in proc.stderr
     directory = proc.stderr.split("launchers logs --follow ")[1].split("`")[0]

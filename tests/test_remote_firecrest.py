@@ -46,16 +46,31 @@ def run_dir(server: FirecrestServer, workdir: Path) -> Path:
     return runs[0]
 
 
-def test_run_mlproject_end_to_end(firecrest_server: FirecrestServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                  capfdbinary: pytest.CaptureFixture[bytes], caplog: pytest.LogCaptureFixture) -> None:
+def test_run_mlproject_end_to_end(
+    firecrest_server: FirecrestServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfdbinary: pytest.CaptureFixture[bytes],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.DEBUG)
     server = firecrest_server
     monkeypatch.setenv("TRAIN_SLEEP", "2.5")  # outlives the first token (62 s, renewed 60 s early)
     proj = make_project(tmp_path)
     workdir = tmp_path / "runs"
     t0 = time.monotonic()
-    rc = main(["run", str(proj), "--backend-config", str(backend(tmp_path, server)), "-P", "lr=0.5",
-               "--workdir", str(workdir)])
+    rc = main(
+        [
+            "run",
+            str(proj),
+            "--backend-config",
+            str(backend(tmp_path, server)),
+            "-P",
+            "lr=0.5",
+            "--workdir",
+            str(workdir),
+        ]
+    )
     out, err = capfdbinary.readouterr()
     assert rc == 0, err.decode()
     text = out.decode()
@@ -88,8 +103,9 @@ def run(proj: Path, cfg: Path, workdir: Path, *extra: str) -> int:
     return main(["run", str(proj), "--backend-config", str(cfg), "--workdir", str(workdir), *extra])
 
 
-def test_rate_limit_and_bursts_are_retried(firecrest_server: FirecrestServer, tmp_path: Path,
-                                           capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_rate_limit_and_bursts_are_retried(
+    firecrest_server: FirecrestServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     """429 with Retry-After (seconds, then an HTTP date) and 502/503 bursts: retried, never fatal."""
     from servers.firecrest import http_date
 
@@ -100,7 +116,9 @@ def test_rate_limit_and_bursts_are_retried(firecrest_server: FirecrestServer, tm
     server.faults.burst = [503, 502, 503]
     proj = make_project(tmp_path)
     t0 = time.monotonic()
-    assert run(proj, backend(tmp_path, server), tmp_path / "runs") == 0, capfdbinary.readouterr()[1].decode()
+    assert run(proj, backend(tmp_path, server), tmp_path / "runs") == 0, capfdbinary.readouterr()[
+        1
+    ].decode()
     assert server.faults.status_counts.get(429) == 2
     assert server.faults.status_counts.get(503) == 2 and server.faults.status_counts.get(502) == 1
     assert time.monotonic() - t0 >= 2.0  # Retry-After was honoured
@@ -109,35 +127,48 @@ def test_rate_limit_and_bursts_are_retried(firecrest_server: FirecrestServer, tm
     server.faults.rate_limited = 1
     proj2 = tmp_path / "p2"
     make_project(proj2)
-    assert run(proj2 / "project", backend(tmp_path, server), tmp_path / "runs2") == 0, capfdbinary.readouterr()[1].decode()
+    assert run(proj2 / "project", backend(tmp_path, server), tmp_path / "runs2") == 0, (
+        capfdbinary.readouterr()[1].decode()
+    )
     assert server.faults.status_counts.get(429) == 3
 
 
-def test_job_not_visible_right_after_submit(firecrest_server: FirecrestServer, tmp_path: Path,
-                                            capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_job_not_visible_right_after_submit(
+    firecrest_server: FirecrestServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     """``404 Job not found.`` within 60 s of submission means pending (pyfirecrest#199)."""
     server = firecrest_server
     server.visibility_delay = 3.0
     proj = make_project(tmp_path)
-    assert run(proj, backend(tmp_path, server), tmp_path / "runs") == 0, capfdbinary.readouterr()[1].decode()
-    assert ("GET", f"/compute/{server.machine}/jobs/{next(iter(server.jobs))}", 404) in server.requests
+    assert run(proj, backend(tmp_path, server), tmp_path / "runs") == 0, capfdbinary.readouterr()[
+        1
+    ].decode()
+    assert (
+        "GET",
+        f"/compute/{server.machine}/jobs/{next(iter(server.jobs))}",
+        404,
+    ) in server.requests
 
 
-def test_upload_failing_halfway_submits_nothing(firecrest_server: FirecrestServer, tmp_path: Path,
-                                                capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_upload_failing_halfway_submits_nothing(
+    firecrest_server: FirecrestServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     server = firecrest_server
     server.faults.fail_upload_at = 3
     proj = make_project(tmp_path)
     rc = run(proj, backend(tmp_path, server), tmp_path / "runs")
     err = capfdbinary.readouterr()[1].decode()
     assert rc == 1
-    assert "upload of" in err and "nothing was submitted" in err and "was not submitted (FAILED" in err
+    assert (
+        "upload of" in err and "nothing was submitted" in err and "was not submitted (FAILED" in err
+    )
     assert "submitted (firecrest" not in err  # never claimed before (or without) the site taking it
     assert server.jobs == {}  # never a job started with missing files
 
 
-def test_big_file_without_transfer_backend_is_refused(firecrest_server: FirecrestServer, tmp_path: Path,
-                                                      capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_big_file_without_transfer_backend_is_refused(
+    firecrest_server: FirecrestServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     server = firecrest_server
     server.max_ops_file_size = 64 * 1024
     proj = make_project(tmp_path)
@@ -146,21 +177,29 @@ def test_big_file_without_transfer_backend_is_refused(firecrest_server: Firecres
     rc = run(proj, backend(tmp_path, server), tmp_path / "runs")
     err = capfdbinary.readouterr()[1].decode()
     assert rc == 1
-    assert "data/big.bin (200 KiB)" in err and "max_ops_file_size 64 KiB" in err and "exclude it" in err
+    assert (
+        "data/big.bin (200 KiB)" in err
+        and "max_ops_file_size 64 KiB" in err
+        and "exclude it" in err
+    )
     assert server.jobs == {}
 
 
-def test_short_token_lifetime_is_an_error(firecrest_server: FirecrestServer, tmp_path: Path,
-                                          capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_short_token_lifetime_is_an_error(
+    firecrest_server: FirecrestServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     firecrest_server.token_lifetime = 60
     rc = run(make_project(tmp_path), backend(tmp_path, firecrest_server), tmp_path / "runs")
     err = capfdbinary.readouterr()[1].decode()
     assert rc == 1 and "expires_in=60" in err
 
 
-def test_wrong_secret_names_variables_not_secret(firecrest_server: FirecrestServer, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch,
-                                                 capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_wrong_secret_names_variables_not_secret(
+    firecrest_server: FirecrestServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
     monkeypatch.setenv("LAUNCHERS_FIRECREST_CLIENT_SECRET", "wrong-" + FIRECREST_SECRET)
     rc = run(make_project(tmp_path), backend(tmp_path, firecrest_server), tmp_path / "runs")
     err = capfdbinary.readouterr()[1].decode()
@@ -180,8 +219,9 @@ firecrest:
 """
 
 
-def test_experiment_with_find_launcher_firecrest_group(firecrest_server: FirecrestServer, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_experiment_with_find_launcher_firecrest_group(
+    firecrest_server: FirecrestServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An experiment script whose firecrest group is chosen by ``find_launcher``; cancelling a
     job that just finished is not an error (firecrest-v2#159: 500)."""
     from launchers import command, experiment, find_launcher
@@ -197,7 +237,9 @@ def test_experiment_with_find_launcher_firecrest_group(firecrest_server: Firecre
     launcher = find_launcher("cpu(cores=2) & duration=10m", config=str(cfg))
     assert launcher.kind == "firecrest"
     with experiment(tmp_path / "xp", launcher) as xp:
-        job = command(["bash", "-c", 'echo "hello $FROM_GROUP $MINE"'], env={"MINE": "a,b=c"}).submit()
+        job = command(
+            ["bash", "-c", 'echo "hello $FROM_GROUP $MINE"'], env={"MINE": "a,b=c"}
+        ).submit()
     assert xp.jobs == [job]
     assert job.state.value == "COMPLETED"
     assert job.stdout_path.read_text().strip().endswith("hello group-env a,b=c")
@@ -209,25 +251,35 @@ def test_experiment_with_find_launcher_firecrest_group(firecrest_server: Firecre
     assert job.state.value == "COMPLETED"
 
 
-def test_local_apptainer_image_is_uploaded(firecrest_server: FirecrestServer, tmp_path: Path,
-                                           capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_local_apptainer_image_is_uploaded(
+    firecrest_server: FirecrestServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     """The local image goes to the run directory's root (even if excluded); this machine has no
     apptainer, so srun fails (exit code 2) and that is the run's exit status."""
     server = firecrest_server
     proj = make_project(tmp_path)
     (tmp_path / "image.sif").write_bytes(b"SIF" * 1000)
     cfg = backend(tmp_path, server, "")
-    cfg.write_text(cfg.read_text().replace("Environment:\n", "Environment:\n  Apptainer: {Path: ../image.sif}\n"))
+    cfg.write_text(
+        cfg.read_text().replace(
+            "Environment:\n", "Environment:\n  Apptainer: {Path: ../image.sif}\n"
+        )
+    )
     rc = run(proj, cfg, tmp_path / "runs")
     err = capfdbinary.readouterr()[1].decode()
     assert rc == 2, err
-    assert "apptainer: No such file or directory" in err and "the command failed with exit code 2" in err
+    assert (
+        "apptainer: No such file or directory" in err
+        and "the command failed with exit code 2" in err
+    )
     remote = run_dir(server, tmp_path / "runs")
     assert (remote / "image.sif").read_bytes() == b"SIF" * 1000
     assert "apptainer" in (remote / "job.sh").read_text()
 
 
-def test_reconcile_after_a_crash_adopts_the_named_job(firecrest_server: FirecrestServer, tmp_path: Path) -> None:
+def test_reconcile_after_a_crash_adopts_the_named_job(
+    firecrest_server: FirecrestServer, tmp_path: Path
+) -> None:
     """A record left SUBMITTING adopts the job found by its unique name (no second submission)."""
     from launchers import command, experiment
     from launchers.config.model import FirecrestGroup, FirecrestSite, Position
@@ -238,15 +290,19 @@ def test_reconcile_after_a_crash_adopts_the_named_job(firecrest_server: Firecres
 
     server = firecrest_server
     site = FirecrestSite(api_url=server.api_url, token_url=server.token_url, machine=server.machine)
-    launcher = FirecrestLauncher(group=FirecrestGroup(id="fc", site=site, position=Position("launchers.yaml", 1)),
-                                 options={"partition": "debug"})
+    launcher = FirecrestLauncher(
+        group=FirecrestGroup(id="fc", site=site, position=Position("launchers.yaml", 1)),
+        options={"partition": "debug"},
+    )
     task = command(["echo", "once"])
     with experiment(tmp_path / "xp", launcher):
         first = task.submit()
     assert first.state is JobState.COMPLETED and len(server.jobs) == 1
     record = read_record(first.directory)
     assert record is not None and record.job_name
-    write_record(first.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None))
+    write_record(
+        first.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None)
+    )
     job_module._jobs.pop(first.directory, None)
     with experiment(tmp_path / "xp", launcher):
         again = task.submit()
@@ -254,8 +310,9 @@ def test_reconcile_after_a_crash_adopts_the_named_job(firecrest_server: Firecres
     assert len(server.jobs) == 1
 
 
-def test_two_workdirs_never_share_a_run_directory_or_a_job(firecrest_server: FirecrestServer,
-                                                            tmp_path: Path) -> None:
+def test_two_workdirs_never_share_a_run_directory_or_a_job(
+    firecrest_server: FirecrestServer, tmp_path: Path
+) -> None:
     """The same task from two experiment directories runs in two run directories, and a crash
     recovery in one adopts its own job, not the other's older job of the same name."""
     from launchers import command, experiment
@@ -267,8 +324,10 @@ def test_two_workdirs_never_share_a_run_directory_or_a_job(firecrest_server: Fir
 
     server = firecrest_server
     site = FirecrestSite(api_url=server.api_url, token_url=server.token_url, machine=server.machine)
-    launcher = FirecrestLauncher(group=FirecrestGroup(id="fc", site=site, position=Position("launchers.yaml", 1)),
-                                 options={"partition": "debug"})
+    launcher = FirecrestLauncher(
+        group=FirecrestGroup(id="fc", site=site, position=Position("launchers.yaml", 1)),
+        options={"partition": "debug"},
+    )
     task = command(["bash", "-c", 'echo "ran in $PWD"'])
     with experiment(tmp_path / "a", launcher):
         a = task.submit()
@@ -282,7 +341,9 @@ def test_two_workdirs_never_share_a_run_directory_or_a_job(firecrest_server: Fir
     assert b.stdout_path.read_text().strip().endswith(f"ran in {run_b}")
     record = read_record(b.directory)
     assert record is not None
-    write_record(b.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None))
+    write_record(
+        b.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None)
+    )
     job_module._jobs.pop(b.directory, None)
     with experiment(tmp_path / "b", launcher):
         again = task.submit()
@@ -290,13 +351,21 @@ def test_two_workdirs_never_share_a_run_directory_or_a_job(firecrest_server: Fir
     assert len(server.jobs) == 2
 
 
-def test_unset_credentials_fail_before_anything_is_recorded(firecrest_server: FirecrestServer, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch,
-                                                            capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_unset_credentials_fail_before_anything_is_recorded(
+    firecrest_server: FirecrestServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
     monkeypatch.delenv("LAUNCHERS_FIRECREST_CLIENT_SECRET")
     rc = run(make_project(tmp_path), backend(tmp_path, firecrest_server), tmp_path / "runs")
     err = capfdbinary.readouterr()[1].decode()
     assert rc == 2
-    assert "set the environment variable LAUNCHERS_FIRECREST_CLIENT_SECRET or MANTIK_FIRECREST_CLIENT_SECRET" in err
-    assert not (tmp_path / "runs" / "jobs").exists() or not list((tmp_path / "runs" / "jobs").rglob("state.json"))
+    assert (
+        "set the environment variable LAUNCHERS_FIRECREST_CLIENT_SECRET or MANTIK_FIRECREST_CLIENT_SECRET"
+        in err
+    )
+    assert not (tmp_path / "runs" / "jobs").exists() or not list(
+        (tmp_path / "runs" / "jobs").rglob("state.json")
+    )
     assert firecrest_server.requests == []

@@ -45,15 +45,19 @@ def test_view_window_starts_on_a_block_boundary_and_fits_the_buffer() -> None:
     assert view_window(0, 10, 1024) == (0, 10)
     start, size = view_window(1000, 10**6, 1024)
     assert size == 511 and start == 1000 - 1000 % 511 and 2 * size < 1024
-    assert block_at(2005, 2047) == 2005 and block_at(4096, 1000) == 512 and block_at(2003, 1000) == 1
+    assert (
+        block_at(2005, 2047) == 2005 and block_at(4096, 1000) == 512 and block_at(2003, 1000) == 1
+    )
 
 
 def test_attempt_names_and_empty_file_lines() -> None:
     assert attempt_job_name("train-3f2a", 2) == "train-3f2a-a2"
     long = attempt_job_name("x" * 80, 12)
     assert len(long) == 64 and long.endswith("-a12")
-    assert empty_files_line(["a/b/__init__.py", "top", "a/c"]) == \
-        "mkdir -p -- 'a' 'a/b' && : > 'a/b/__init__.py' && : > 'top' && : > 'a/c'"
+    assert (
+        empty_files_line(["a/b/__init__.py", "top", "a/c"])
+        == "mkdir -p -- 'a' 'a/b' && : > 'a/b/__init__.py' && : > 'top' && : > 'a/c'"
+    )
 
 
 def test_plan_creates_empty_files_in_job_sh_and_refuses_quotes(tmp_path: Path) -> None:
@@ -62,8 +66,10 @@ def test_plan_creates_empty_files_in_job_sh_and_refuses_quotes(tmp_path: Path) -
     proj = make_project(tmp_path)
     (proj / "pkg" / "__init__.py").write_text("")
     cfg = tmp_path / "b.yaml"
-    cfg.write_text("Firecrest: {ApiUrl: 'https://f.example', TokenUrl: 'https://t.example', Machine: m}\n"
-                   "Resources: {Queue: debug}\n")
+    cfg.write_text(
+        "Firecrest: {ApiUrl: 'https://f.example', TokenUrl: 'https://t.example', Machine: m}\n"
+        "Resources: {Queue: debug}\n"
+    )
     plan = plan_run(proj, backend_config=cfg, workdir=tmp_path / "runs")
     assert plan.empty_files == ("pkg/__init__.py",)
     assert "pkg/__init__.py" not in {u.relpath for u in plan.all_uploads}
@@ -71,8 +77,11 @@ def test_plan_creates_empty_files_in_job_sh_and_refuses_quotes(tmp_path: Path) -
     assert "mkdir -p -- 'pkg' && : > 'pkg/__init__.py'" in script
     assert f"#SBATCH --job-name={plan.job_name}-a1\n" in script
     (proj / "data" / "it's.txt").write_text("x")
-    with pytest.raises(ConfigurationError, match=r"data/it's.txt: firecREST cannot create a file whose path "
-                                                 r"contains '"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"data/it's.txt: firecREST cannot create a file whose path "
+        r"contains '",
+    ):
         plan_run(proj, backend_config=cfg, workdir=tmp_path / "runs")
     # a UNICORE site takes such names (no shell quoting there)
     ucfg = tmp_path / "u.yaml"
@@ -84,8 +93,10 @@ def test_dry_run_shows_the_quote_refusal(tmp_path: Path, capfd: pytest.CaptureFi
     proj = make_project(tmp_path)
     (proj / "it's.py").write_text("x")
     cfg = tmp_path / "b.yaml"
-    cfg.write_text("Firecrest: {ApiUrl: 'https://f.example', TokenUrl: 'https://t.example', Machine: m}\n"
-                   "Resources: {Queue: debug}\n")
+    cfg.write_text(
+        "Firecrest: {ApiUrl: 'https://f.example', TokenUrl: 'https://t.example', Machine: m}\n"
+        "Resources: {Queue: debug}\n"
+    )
     rc = main(["run", str(proj), "--backend-config", str(cfg), "--dry-run"])
     err = capfd.readouterr().err
     assert rc != 0 and "it's.py: firecREST cannot create a file whose path contains '" in err
@@ -93,7 +104,7 @@ def test_dry_run_shows_the_quote_refusal(tmp_path: Path, capfd: pytest.CaptureFi
 
 # -- over the faithful loopback server and the real Slurm -------------------------------------------
 
-EMIT = r'''
+EMIT = r"""
 import os, sys, time
 out = sys.stdout.buffer
 assert os.path.getsize("pkg/__init__.py") == 0 and os.path.getsize("only_empty/sub/__init__.py") == 0
@@ -108,9 +119,9 @@ err = sys.stderr.buffer
 line = "ligne accentuée ü ✓ 日本\n".encode()
 err.write(line * (1300 * 1024 // len(line)))  # 1.3 MiB: beyond ops/download of a 1 MiB system
 err.write(b"end of err\n")
-'''
+"""
 
-MLPROJECT = "name: faithful\nentry_points:\n  main:\n    command: \"python3 emit.py\"\n"
+MLPROJECT = 'name: faithful\nentry_points:\n  main:\n    command: "python3 emit.py"\n'
 
 
 def faithful_project(root: Path) -> Path:
@@ -126,8 +137,10 @@ def faithful_project(root: Path) -> Path:
 
 def backend(tmp_path: Path, server: FirecrestServer) -> Path:
     cfg = tmp_path / "backend.yaml"
-    cfg.write_text(f"Firecrest:\n  ApiUrl: {server.api_url}\n  TokenUrl: {server.token_url}\n"
-                   f"  Machine: {server.machine}\nResources:\n  Queue: debug\n  Runtime: 10m\n")
+    cfg.write_text(
+        f"Firecrest:\n  ApiUrl: {server.api_url}\n  TokenUrl: {server.token_url}\n"
+        f"  Machine: {server.machine}\nResources:\n  Queue: debug\n  Runtime: 10m\n"
+    )
     return cfg
 
 
@@ -138,8 +151,11 @@ def remote_runs(server: FirecrestServer) -> list[Path]:
 @pytest.mark.slurm
 @pytest.mark.parametrize("version", VERSIONS)
 def test_run_with_empty_files_and_non_utf8_output_is_byte_exact(
-        firecrest_server: FirecrestServer, tmp_path: Path, version: str,
-        capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    firecrest_server: FirecrestServer,
+    tmp_path: Path,
+    version: str,
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
     """Done when of issue 15: empty project files, non-ASCII and invalid UTF-8 output, a 1 MiB
     ``max_ops_file_size``: the run completes and the local outputs are the remote bytes."""
     from servers.common import run_slurm
@@ -150,14 +166,25 @@ def test_run_with_empty_files_and_non_utf8_output_is_byte_exact(
     server.command_timeout = 2.0  # an empty upload would cost 2 s and end in 408
     proj = faithful_project(tmp_path)
     workdir = tmp_path / "runs"
-    rc = main(["run", str(proj), "--backend-config", str(backend(tmp_path, server)), "--workdir", str(workdir)])
+    rc = main(
+        [
+            "run",
+            str(proj),
+            "--backend-config",
+            str(backend(tmp_path, server)),
+            "--workdir",
+            str(workdir),
+        ]
+    )
     out, err = capfdbinary.readouterr()
     assert rc == 0, err.decode(errors="replace")[-3000:]
     (remote,) = remote_runs(server)
     (local,) = (workdir / "jobs").glob("*/*")
     remote_out = (remote / "job.out").read_bytes()
     assert b"\xe6\x97\xa5 (completed)" in remote_out and b"\xff\xfe\xc3(" in remote_out
-    assert (local / "job.out").read_bytes() == remote_out  # byte for byte, although firecREST decodes
+    assert (
+        local / "job.out"
+    ).read_bytes() == remote_out  # byte for byte, although firecREST decodes
     assert out == remote_out  # and printed as it came
     assert (local / "job.err").read_bytes() == (remote / "job.err").read_bytes()
     assert (remote / "job.err").stat().st_size > 1024 * 1024
@@ -182,8 +209,9 @@ def test_run_with_empty_files_and_non_utf8_output_is_byte_exact(
 
 @pytest.mark.slurm
 @pytest.mark.parametrize("version", VERSIONS)
-def test_reconcile_finds_the_job_by_name_on_both_versions(firecrest_server: FirecrestServer, tmp_path: Path,
-                                                          version: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reconcile_finds_the_job_by_name_on_both_versions(
+    firecrest_server: FirecrestServer, tmp_path: Path, version: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A crash between the submission and its record: the job is found by its name (listed and
     filtered here on 2.5.6, where pyfirecrest refuses ``name``), among every job of the user;
     its status then read from the list of every job (as with many tracked jobs)."""
@@ -201,17 +229,31 @@ def test_reconcile_finds_the_job_by_name_on_both_versions(firecrest_server: Fire
     server = firecrest_server
     server.app_version = version
     site = FirecrestSite(api_url=server.api_url, token_url=server.token_url, machine=server.machine)
-    launcher = FirecrestLauncher(group=FirecrestGroup(id="fc", site=site, position=Position("launchers.yaml", 1)),
-                                 options={"partition": "debug"})
+    launcher = FirecrestLauncher(
+        group=FirecrestGroup(id="fc", site=site, position=Position("launchers.yaml", 1)),
+        options={"partition": "debug"},
+    )
     task = command(["sleep", "3"])
     with experiment(tmp_path / "xp", launcher):
         first = task.submit()
     record = read_record(first.directory)
     assert record is not None and record.job_name
     # a job of the same name elsewhere (another directory), not submitted by us: never adopted
-    other = run_slurm(["sbatch", "--parsable", f"--job-name={record.job_name}", "--chdir=/tmp", "-o", "/dev/null",
-                       "--wrap", "true"]).stdout.strip()
-    write_record(first.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None))
+    other = run_slurm(
+        [
+            "sbatch",
+            "--parsable",
+            f"--job-name={record.job_name}",
+            "--chdir=/tmp",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "true",
+        ]
+    ).stdout.strip()
+    write_record(
+        first.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None)
+    )
     job_module._jobs.pop(first.directory, None)
     t0 = time.monotonic()
     with experiment(tmp_path / "xp", launcher):
@@ -222,15 +264,24 @@ def test_reconcile_finds_the_job_by_name_on_both_versions(firecrest_server: Fire
 
 
 @pytest.mark.slurm
-def test_slow_sbatch_408_is_adopted_not_failed(firecrest_server: FirecrestServer, tmp_path: Path,
-                                               capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_slow_sbatch_408_is_adopted_not_failed(
+    firecrest_server: FirecrestServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     """sbatch outlived firecREST's command timeout (408) and submitted the job all the same:
     found by name and followed, never submitted twice."""
     server = firecrest_server
     server.command_timeout, server.slow_sbatch = 1.5, 3.0
     proj = make_project(tmp_path)
-    rc = main(["run", str(proj), "--backend-config", str(backend(tmp_path, server)), "--workdir",
-               str(tmp_path / "runs")])
+    rc = main(
+        [
+            "run",
+            str(proj),
+            "--backend-config",
+            str(backend(tmp_path, server)),
+            "--workdir",
+            str(tmp_path / "runs"),
+        ]
+    )
     out, err = capfdbinary.readouterr()
     assert rc == 0, err.decode()
     assert b"lr=0.1" in out
@@ -238,9 +289,12 @@ def test_slow_sbatch_408_is_adopted_not_failed(firecrest_server: FirecrestServer
 
 
 @pytest.mark.slurm
-def test_run_outlives_an_ssh_outage_at_the_site(firecrest_server: FirecrestServer, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch,
-                                                capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_run_outlives_an_ssh_outage_at_the_site(
+    firecrest_server: FirecrestServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
     """While the site's SSH is down firecREST answers 500, then 503 until a health check sees
     it back: the run waits it out and its outputs arrive whole."""
     import threading
@@ -261,8 +315,16 @@ def test_run_outlives_an_ssh_outage_at_the_site(firecrest_server: FirecrestServe
 
     t = threading.Thread(target=outage, daemon=True)
     t.start()
-    rc = main(["run", str(proj), "--backend-config", str(backend(tmp_path, server)), "--workdir",
-               str(tmp_path / "runs")])
+    rc = main(
+        [
+            "run",
+            str(proj),
+            "--backend-config",
+            str(backend(tmp_path, server)),
+            "--workdir",
+            str(tmp_path / "runs"),
+        ]
+    )
     out, err = capfdbinary.readouterr()
     t.join()
     assert rc == 0, err.decode()
@@ -272,7 +334,9 @@ def test_run_outlives_an_ssh_outage_at_the_site(firecrest_server: FirecrestServe
 
 
 @pytest.mark.slurm
-def test_reads_beyond_ops_download_are_exact_but_for_non_utf8_bytes(firecrest_server: FirecrestServer) -> None:
+def test_reads_beyond_ops_download_are_exact_but_for_non_utf8_bytes(
+    firecrest_server: FirecrestServer,
+) -> None:
     """A file too big for ``ops/download`` is read through ``ops/view`` from block boundaries:
     exact for UTF-8 text, a ``?`` for each byte that is not UTF-8 (firecREST cannot send it),
     whatever the offset (also when the block before it holds such bytes)."""

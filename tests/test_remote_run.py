@@ -45,43 +45,90 @@ def config(tmp_path: Path, server: FirecrestServer, weight: int) -> Path:
     return cfg
 
 
-def test_requirement_picks_the_firecrest_group(firecrest_server: FirecrestServer, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch,
-                                               capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_requirement_picks_the_firecrest_group(
+    firecrest_server: FirecrestServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
     proj = make_project(tmp_path)
-    (proj / "MLproject").write_text((proj / "MLproject").read_text() + '  where:\n    command: "echo $WHERE"\n')
-    rc = main(["run", str(proj), "-e", "where", "-r", "cpu(cores=1) & duration=5m",
-               "--config", str(config(tmp_path, firecrest_server, 10)), "--workdir", str(tmp_path / "runs")])
+    (proj / "MLproject").write_text(
+        (proj / "MLproject").read_text() + '  where:\n    command: "echo $WHERE"\n'
+    )
+    rc = main(
+        [
+            "run",
+            str(proj),
+            "-e",
+            "where",
+            "-r",
+            "cpu(cores=1) & duration=5m",
+            "--config",
+            str(config(tmp_path, firecrest_server, 10)),
+            "--workdir",
+            str(tmp_path / "runs"),
+        ]
+    )
     out, err = capfdbinary.readouterr()
     assert rc == 0, err.decode()
     assert b"on-firecrest" in out
     assert len(firecrest_server.jobs) == 1
 
 
-def test_requirement_picks_the_slurm_group(firecrest_server: FirecrestServer, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch,
-                                           capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_requirement_picks_the_slurm_group(
+    firecrest_server: FirecrestServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
     """A slurm group wins: the task runs in the project directory through the Slurm executor."""
     proj = make_project(tmp_path)
-    rc = main(["run", str(proj), "-P", "lr=7", "-r", "cpu(cores=1) & duration=5m",
-               "--config", str(config(tmp_path, firecrest_server, -10)), "--workdir", str(tmp_path / "runs")])
+    rc = main(
+        [
+            "run",
+            str(proj),
+            "-P",
+            "lr=7",
+            "-r",
+            "cpu(cores=1) & duration=5m",
+            "--config",
+            str(config(tmp_path, firecrest_server, -10)),
+            "--workdir",
+            str(tmp_path / "runs"),
+        ]
+    )
     out, err = capfdbinary.readouterr()
     assert rc == 0, err.decode()
     assert f"lr=7 data=hello-data cwd={proj.resolve()}".encode() in out
     assert firecrest_server.jobs == {}
 
 
-def test_no_follow_returns_after_submission(firecrest_server: FirecrestServer, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch,
-                                            capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_no_follow_returns_after_submission(
+    firecrest_server: FirecrestServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
     from launchers.jobs.job import registered_job
 
     monkeypatch.setenv("TRAIN_SLEEP", "4")
     proj = make_project(tmp_path)
     cfg = tmp_path / "b.yaml"
-    cfg.write_text(f"Firecrest: {{ApiUrl: '{firecrest_server.api_url}', TokenUrl: '{firecrest_server.token_url}', "
-                   "Machine: cluster}\nResources: {Queue: debug}\n")
-    rc = main(["run", str(proj), "--backend-config", str(cfg), "--no-follow", "--workdir", str(tmp_path / "runs")])
+    cfg.write_text(
+        f"Firecrest: {{ApiUrl: '{firecrest_server.api_url}', TokenUrl: '{firecrest_server.token_url}', "
+        "Machine: cluster}\nResources: {Queue: debug}\n"
+    )
+    rc = main(
+        [
+            "run",
+            str(proj),
+            "--backend-config",
+            str(cfg),
+            "--no-follow",
+            "--workdir",
+            str(tmp_path / "runs"),
+        ]
+    )
     err = capfdbinary.readouterr()[1].decode()
     assert rc == 0, err
     assert "launchers cancel" in err
@@ -95,13 +142,33 @@ def test_no_follow_returns_after_submission(firecrest_server: FirecrestServer, t
 def _interrupt(server: FirecrestServer, tmp_path: Path, *extra: str) -> tuple[int, str, str]:
     proj = make_project(tmp_path)
     cfg = tmp_path / "b.yaml"
-    cfg.write_text(f"Firecrest: {{ApiUrl: '{server.api_url}', TokenUrl: '{server.token_url}', "
-                   "Machine: cluster}\nResources: {Queue: debug}\n")
-    env = dict(os.environ, LAUNCHERS_FIRECREST_CLIENT_ID=FIRECREST_ID,
-               LAUNCHERS_FIRECREST_CLIENT_SECRET=FIRECREST_SECRET)
-    proc = subprocess.Popen([sys.executable, "-m", "launchers", "run", str(proj), "--backend-config", str(cfg),
-                             "--workdir", str(tmp_path / "runs"), *extra], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    cfg.write_text(
+        f"Firecrest: {{ApiUrl: '{server.api_url}', TokenUrl: '{server.token_url}', "
+        "Machine: cluster}\nResources: {Queue: debug}\n"
+    )
+    env = dict(
+        os.environ,
+        LAUNCHERS_FIRECREST_CLIENT_ID=FIRECREST_ID,
+        LAUNCHERS_FIRECREST_CLIENT_SECRET=FIRECREST_SECRET,
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "launchers",
+            "run",
+            str(proj),
+            "--backend-config",
+            str(cfg),
+            "--workdir",
+            str(tmp_path / "runs"),
+            *extra,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()  # the job's first line: it is running
     if b"lr=" not in line:
@@ -112,7 +179,9 @@ def _interrupt(server: FirecrestServer, tmp_path: Path, *extra: str) -> tuple[in
     return proc.returncode, (line + out).decode(), err.decode()
 
 
-def test_ctrl_c_detaches(firecrest_server: FirecrestServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_detaches(
+    firecrest_server: FirecrestServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRAIN_SLEEP", "20")
     rc, _, err = _interrupt(firecrest_server, tmp_path)
     assert rc == 130, err
@@ -125,8 +194,9 @@ def test_ctrl_c_detaches(firecrest_server: FirecrestServer, tmp_path: Path, monk
     assert query_jobs([jid])[jid]["state"].startswith("CANCELLED")
 
 
-def test_ctrl_c_cancels_with_cancel_on_interrupt(firecrest_server: FirecrestServer, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_cancels_with_cancel_on_interrupt(
+    firecrest_server: FirecrestServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRAIN_SLEEP", "20")
     rc, _, err = _interrupt(firecrest_server, tmp_path, "--cancel-on-interrupt")
     assert rc == 130, err
@@ -151,9 +221,13 @@ def test_http_helpers() -> None:
 
     def error(code: int, **headers: str) -> httpx.HTTPStatusError:
         req = httpx.Request("GET", "http://x/")
-        return httpx.HTTPStatusError("boom", request=req, response=httpx.Response(code, headers=headers, request=req))
+        return httpx.HTTPStatusError(
+            "boom", request=req, response=httpx.Response(code, headers=headers, request=req)
+        )
 
-    assert status_of(error(503)) == 503 and is_transient(error(503)) and not is_transient(error(404))
+    assert (
+        status_of(error(503)) == 503 and is_transient(error(503)) and not is_transient(error(404))
+    )
     assert status_of(httpx.HTTPError("432 Server Error: expired for url: http://x")) == 432
     assert retry_after_of(error(429, **{"Retry-After": "3"})) == 3.0
     assert 0.0 <= (retry_after_of(error(429, **{"Retry-After": http_date(5)})) or 0) <= 6.0

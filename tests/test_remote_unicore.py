@@ -31,13 +31,22 @@ pytestmark = pytest.mark.slurm
 
 def backend(tmp_path: Path, server: UnicoreServer, extra: str = "") -> Path:
     cfg = tmp_path / "backend.json"
-    cfg.write_text(json.dumps({
-        "UnicoreApiUrl": server.base_url,
-        "Resources": {"Queue": "debug", "Runtime": "10m", "MemoryPerNode": "256M", "CPUsPerNode": 1},
-        "Environment": {"Variables": {"GREETING": "hi there"}},
-        "Exclude": ["logs/"],
-        **json.loads(extra or "{}"),
-    }))
+    cfg.write_text(
+        json.dumps(
+            {
+                "UnicoreApiUrl": server.base_url,
+                "Resources": {
+                    "Queue": "debug",
+                    "Runtime": "10m",
+                    "MemoryPerNode": "256M",
+                    "CPUsPerNode": 1,
+                },
+                "Environment": {"Variables": {"GREETING": "hi there"}},
+                "Exclude": ["logs/"],
+                **json.loads(extra or "{}"),
+            }
+        )
+    )
     return cfg
 
 
@@ -46,15 +55,29 @@ def only_job(server: UnicoreServer) -> Path:
     return next(iter(server.jobs.values())).workdir
 
 
-def test_run_mlproject_end_to_end(unicore_server: UnicoreServer, tmp_path: Path,
-                                  capfdbinary: pytest.CaptureFixture[bytes], caplog: pytest.LogCaptureFixture) -> None:
+def test_run_mlproject_end_to_end(
+    unicore_server: UnicoreServer,
+    tmp_path: Path,
+    capfdbinary: pytest.CaptureFixture[bytes],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.DEBUG)
     server = unicore_server
     proj = make_project(tmp_path)
     workdir = tmp_path / "runs"
     t0 = time.monotonic()
-    rc = main(["run", str(proj), "--backend-config", str(backend(tmp_path, server)), "-P", "lr=0.25",
-               "--workdir", str(workdir)])
+    rc = main(
+        [
+            "run",
+            str(proj),
+            "--backend-config",
+            str(backend(tmp_path, server)),
+            "-P",
+            "lr=0.25",
+            "--workdir",
+            str(workdir),
+        ]
+    )
     out, err = capfdbinary.readouterr()
     assert rc == 0, err.decode()
     remote = only_job(server)
@@ -76,11 +99,22 @@ def test_run_mlproject_end_to_end(unicore_server: UnicoreServer, tmp_path: Path,
     assert time.monotonic() - t0 < 40
 
 
-def test_failing_entry_point_exit_code(unicore_server: UnicoreServer, tmp_path: Path,
-                                       capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_failing_entry_point_exit_code(
+    unicore_server: UnicoreServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     proj = make_project(tmp_path)
-    rc = main(["run", str(proj), "-e", "fail", "--backend-config", str(backend(tmp_path, unicore_server)),
-               "--workdir", str(tmp_path / "runs")])
+    rc = main(
+        [
+            "run",
+            str(proj),
+            "-e",
+            "fail",
+            "--backend-config",
+            str(backend(tmp_path, unicore_server)),
+            "--workdir",
+            str(tmp_path / "runs"),
+        ]
+    )
     _, err = capfdbinary.readouterr()
     assert rc == 3, err.decode()
     assert b"going to fail" in err
@@ -88,22 +122,50 @@ def test_failing_entry_point_exit_code(unicore_server: UnicoreServer, tmp_path: 
 
 
 @pytest.mark.parametrize("fail", [False, True])
-def test_login_node_commands_run_around_the_job(unicore_server: UnicoreServer, tmp_path: Path,
-                                                capfdbinary: pytest.CaptureFixture[bytes], fail: bool) -> None:
+def test_login_node_commands_run_around_the_job(
+    unicore_server: UnicoreServer,
+    tmp_path: Path,
+    capfdbinary: pytest.CaptureFixture[bytes],
+    fail: bool,
+) -> None:
     """remote-sites §3.1: login-node commands go to ``User precommand``/``User postcommand`` with
     ``RunUser...OnLoginNode``; the loopback site runs them as UNICORE does (in the working
     directory, the precommand before the batch job, the postcommand after a successful one), and a
     failing one fails the job."""
     proj = make_project(tmp_path)
     pre = ["echo pre > login-pre.txt", "false"] if fail else ["echo pre > login-pre.txt"]
-    cfg = backend(tmp_path, unicore_server, json.dumps({"Environment": {
-        "PreRunCommandOnLoginNode": pre, "PostRunCommandOnLoginNode": "echo post > login-post.txt"}}))
-    rc = main(["run", str(proj), "--backend-config", str(cfg), "-P", "lr=1", "--workdir", str(tmp_path / "runs")])
+    cfg = backend(
+        tmp_path,
+        unicore_server,
+        json.dumps(
+            {
+                "Environment": {
+                    "PreRunCommandOnLoginNode": pre,
+                    "PostRunCommandOnLoginNode": "echo post > login-post.txt",
+                }
+            }
+        ),
+    )
+    rc = main(
+        [
+            "run",
+            str(proj),
+            "--backend-config",
+            str(cfg),
+            "-P",
+            "lr=1",
+            "--workdir",
+            str(tmp_path / "runs"),
+        ]
+    )
     _, err = capfdbinary.readouterr()
     remote = only_job(unicore_server)
     assert (remote / "login-pre.txt").read_text() == "pre\n"
     if fail:
-        assert rc != 0 and b"Pre-command(s) failed: [Command exited with non-zero exit code: <1>" in err, err.decode()
+        assert (
+            rc != 0
+            and b"Pre-command(s) failed: [Command exited with non-zero exit code: <1>" in err
+        ), err.decode()
         assert (remote / ".UNICORE_PRE_0" / "stdout").exists()  # where UNICORE puts its output
         assert not (remote / "login-post.txt").exists() and not (remote / "job.rc").exists()
     else:
@@ -115,20 +177,24 @@ def run(proj: Path, cfg: Path, workdir: Path, *extra: str) -> int:
     return main(["run", str(proj), "--backend-config", str(cfg), "--workdir", str(workdir), *extra])
 
 
-def test_expired_sessions_and_503_bursts(unicore_server: UnicoreServer, tmp_path: Path,
-                                         capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_expired_sessions_and_503_bursts(
+    unicore_server: UnicoreServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     """432 (expired security session): pyunicore repeats without it; 503s are retried."""
     server = unicore_server
     server.session_lifetime_ms = 200
     server.faults.burst = [503, 503]
     proj = make_project(tmp_path)
-    assert run(proj, backend(tmp_path, server), tmp_path / "runs") == 0, capfdbinary.readouterr()[1].decode()
+    assert run(proj, backend(tmp_path, server), tmp_path / "runs") == 0, capfdbinary.readouterr()[
+        1
+    ].decode()
     assert server.sessions_expired > 0
     assert server.faults.status_counts.get(503) == 2
 
 
-def test_upload_failing_halfway_destroys_the_job(unicore_server: UnicoreServer, tmp_path: Path,
-                                                 capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_upload_failing_halfway_destroys_the_job(
+    unicore_server: UnicoreServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     server = unicore_server
     server.faults.fail_upload_at = 3
     proj = make_project(tmp_path)
@@ -141,22 +207,31 @@ def test_upload_failing_halfway_destroys_the_job(unicore_server: UnicoreServer, 
     assert any(m == "DELETE" and s == 204 for m, _, s in server.requests)
 
 
-def test_wrong_password_is_an_authentication_error(unicore_server: UnicoreServer, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch,
-                                                   capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_wrong_password_is_an_authentication_error(
+    unicore_server: UnicoreServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
     monkeypatch.setenv("LAUNCHERS_UNICORE_PASSWORD", "not-" + UNICORE_PASSWORD)
     rc = run(make_project(tmp_path), backend(tmp_path, unicore_server), tmp_path / "runs")
     err = capfdbinary.readouterr()[1].decode()
     assert rc == 1
     # a UNICORE site answers 403 on every path to credentials it cannot verify
-    assert "LAUNCHERS_UNICORE_USERNAME and LAUNCHERS_UNICORE_PASSWORD" in err and "403 Forbidden" in err
+    assert (
+        "LAUNCHERS_UNICORE_USERNAME and LAUNCHERS_UNICORE_PASSWORD" in err
+        and "403 Forbidden" in err
+    )
     assert UNICORE_PASSWORD not in err
     assert unicore_server.requests and all(code == 403 for _, _, code in unicore_server.requests)
 
 
-def test_mantik_variables_for_a_standalone_config(unicore_server: UnicoreServer, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch,
-                                                  capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_mantik_variables_for_a_standalone_config(
+    unicore_server: UnicoreServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
     from remote_fixtures import UNICORE_USER
 
     monkeypatch.delenv("LAUNCHERS_UNICORE_USERNAME")
@@ -166,7 +241,9 @@ def test_mantik_variables_for_a_standalone_config(unicore_server: UnicoreServer,
     assert run(make_project(tmp_path), backend(tmp_path, unicore_server), tmp_path / "runs") == 0
 
 
-def test_many_jobs_status_in_flight_is_bounded(unicore_server: UnicoreServer, tmp_path: Path) -> None:
+def test_many_jobs_status_in_flight_is_bounded(
+    unicore_server: UnicoreServer, tmp_path: Path
+) -> None:
     """One GET per unfinished job per cycle, at most 8 at once; abort of a running job."""
     from launchers import command, experiment
     from launchers.config.model import Position, UnicoreGroup, UnicoreSite
@@ -174,11 +251,16 @@ def test_many_jobs_status_in_flight_is_bounded(unicore_server: UnicoreServer, tm
 
     server = unicore_server
     site = UnicoreSite(url=server.base_url)
-    launcher = UnicoreLauncher(group=UnicoreGroup(id="uc", site=site, position=Position("launchers.yaml", 1)),
-                               options={"partition": "debug", "time": "0:05:00"})
+    launcher = UnicoreLauncher(
+        group=UnicoreGroup(id="uc", site=site, position=Position("launchers.yaml", 1)),
+        options={"partition": "debug", "time": "0:05:00"},
+    )
     from launchers.errors import ExperimentFailed
 
-    with pytest.raises(ExperimentFailed, match="CANCELLED"), experiment(tmp_path / "xp", launcher) as xp:
+    with (
+        pytest.raises(ExperimentFailed, match="CANCELLED"),
+        experiment(tmp_path / "xp", launcher) as xp,
+    ):
         jobs = [command(["bash", "-c", f"sleep 1; echo job {i}"]).submit() for i in range(12)]
         slow = command(["sleep", "300"]).submit()
         deadline = time.monotonic() + 30
@@ -199,8 +281,9 @@ def test_many_jobs_status_in_flight_is_bounded(unicore_server: UnicoreServer, tm
     assert server.max_job_gets_in_flight <= 8
 
 
-def test_bearer_token_and_callables_refused(unicore_server: UnicoreServer, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bearer_token_and_callables_refused(
+    unicore_server: UnicoreServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``auth: bearer`` sends ``token_env``; a ``@task`` function cannot run at a remote site."""
     from launchers import command, experiment
     from launchers.config.model import Position, UnicoreGroup, UnicoreSite
@@ -211,8 +294,10 @@ def test_bearer_token_and_callables_refused(unicore_server: UnicoreServer, tmp_p
     server.tokens["tok-abc-123"] = "alice"
     monkeypatch.setenv("UC_TOKEN", "tok-abc-123")
     site = UnicoreSite(url=server.base_url, auth="bearer", token_env="UC_TOKEN")
-    launcher = UnicoreLauncher(group=UnicoreGroup(id="uc", site=site, position=Position("launchers.yaml", 1)),
-                               options={"partition": "debug"})
+    launcher = UnicoreLauncher(
+        group=UnicoreGroup(id="uc", site=site, position=Position("launchers.yaml", 1)),
+        options={"partition": "debug"},
+    )
     with experiment(tmp_path / "xp", launcher):
         job = command(["echo", "it's a token"]).submit()
         with pytest.raises(TaskError, match="runs commands only"):
@@ -232,7 +317,9 @@ def _remote_noop() -> int:
     return 1
 
 
-def test_reconcile_after_a_crash_adopts_the_tagged_job(unicore_server: UnicoreServer, tmp_path: Path) -> None:
+def test_reconcile_after_a_crash_adopts_the_tagged_job(
+    unicore_server: UnicoreServer, tmp_path: Path
+) -> None:
     """A record left SUBMITTING (crash between record and reply) adopts the UNICORE job tagged
     with its run id instead of submitting a second one."""
     from launchers import command, experiment
@@ -244,16 +331,22 @@ def test_reconcile_after_a_crash_adopts_the_tagged_job(unicore_server: UnicoreSe
 
     server = unicore_server
     site = UnicoreSite(url=server.base_url)
-    launcher = UnicoreLauncher(group=UnicoreGroup(id="uc", site=site, position=Position("launchers.yaml", 1)),
-                               options={"partition": "debug"})
+    launcher = UnicoreLauncher(
+        group=UnicoreGroup(id="uc", site=site, position=Position("launchers.yaml", 1)),
+        options={"partition": "debug"},
+    )
     task = command(["echo", "once"])
     with experiment(tmp_path / "xp", launcher):
         first = task.submit()
     assert first.state is JobState.COMPLETED and len(server.jobs) == 1
     record = read_record(first.directory)
     assert record is not None
-    write_record(first.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None,
-                                                    extra={"unicore_url": None}))
+    write_record(
+        first.directory,
+        record.transition(
+            JobState.SUBMITTING, "simulated crash", native_id=None, extra={"unicore_url": None}
+        ),
+    )
     job_module._jobs.pop(first.directory, None)  # a new process would not know the job
     with experiment(tmp_path / "xp", launcher):
         again = task.submit()
@@ -271,7 +364,9 @@ def test_server_life_ends_with_stagingout(unicore_server: UnicoreServer) -> None
     from remote_fixtures import UNICORE_USER
 
     transport = Transport(UsernamePassword(UNICORE_USER, UNICORE_PASSWORD))
-    job = Client(transport, unicore_server.base_url).new_job({"Executable": "sleep 2", "Resources": {"Queue": "debug"}})
+    job = Client(transport, unicore_server.base_url).new_job(
+        {"Executable": "sleep 2", "Resources": {"Queue": "debug"}}
+    )
     seen: list[str] = []
     deadline = time.monotonic() + 60
     while not seen or seen[-1] not in ("SUCCESSFUL", "FAILED"):

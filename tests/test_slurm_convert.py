@@ -119,8 +119,14 @@ PartitionName=scratch
 """
 
 
-def node(name: str, features: str = "", partitions: str | None = "p", cpus: int = 8,
-         mem: int = 16000, gres: str = "(null)") -> str:
+def node(
+    name: str,
+    features: str = "",
+    partitions: str | None = "p",
+    cpus: int = 8,
+    mem: int = 16000,
+    gres: str = "(null)",
+) -> str:
     """One record in scontrol's multi-line layout."""
     part = f"   Partitions={partitions} \n" if partitions is not None else ""
     return (
@@ -145,7 +151,10 @@ def groups_of(doc: dict[str, Any], partition: str) -> list[dict[str, Any]]:
 def run_cli(stdin: bytes, *args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [sys.executable, "-m", "launchers", "slurm", "convert", *args],
-        input=stdin, capture_output=True, timeout=60, check=False,
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -175,14 +184,23 @@ def test_parse_one_line_form_and_spaces_in_values() -> None:
     )
     a, c = parse_nodes(text)
     assert (a.name, a.cpus, a.memory_mib, a.gpus, a.features, a.partitions) == (
-        "a.b:1", 4, 1000, 1, ("F1",), ("p1",))
+        "a.b:1",
+        4,
+        1000,
+        1,
+        ("F1",),
+        ("p1",),
+    )
     assert (c.name, c.features, c.partitions, c.state) == ("c", (), ("p2",), "DOWN")
 
 
 def test_reason_and_os_text_does_not_leak_into_fields() -> None:
-    text = node("n1", "A", "p1").replace(
-        "   Gres=", "   OS=Linux State=BOGUS Partitions=bogus 1.0\n   Gres="
-    ) + "   Reason=drained: Partitions=wrong State=X [root@2026-01-01T00:00:00]\n"
+    text = (
+        node("n1", "A", "p1").replace(
+            "   Gres=", "   OS=Linux State=BOGUS Partitions=bogus 1.0\n   Gres="
+        )
+        + "   Reason=drained: Partitions=wrong State=X [root@2026-01-01T00:00:00]\n"
+    )
     (n,) = parse_nodes(text)
     assert n.partitions == ("p1",) and n.state == "IDLE"
 
@@ -216,7 +234,13 @@ def test_gres_bad_count_is_an_error_with_line() -> None:
 
 
 def test_null_features_and_no_inheritance_from_previous_node() -> None:
-    text = node("a", "GPU,BIG", "p1,p2") + "\n" + node("b", "", "p1") + "\n" + node("c", "(null)", "p3")
+    text = (
+        node("a", "GPU,BIG", "p1,p2")
+        + "\n"
+        + node("b", "", "p1")
+        + "\n"
+        + node("c", "(null)", "p3")
+    )
     nodes = parse_nodes(text)
     assert [n.features for n in nodes] == [("GPU", "BIG"), (), ()]
     assert [n.partitions for n in nodes] == [("p1", "p2"), ("p1",), ("p3",)]
@@ -224,13 +248,17 @@ def test_null_features_and_no_inheritance_from_previous_node() -> None:
     parts = doc["slurm"][0]["partitions"]
     assert list(parts) == ["p1", "p2", "p3"]
     assert [(g["hosts"], g["features"]) for g in parts["p1"]["nodes"]] == [
-        (["a"], ["GPU", "BIG"]), (["b"], [])]
+        (["a"], ["GPU", "BIG"]),
+        (["b"], []),
+    ]
     assert [(g["hosts"], g["features"]) for g in parts["p2"]["nodes"]] == [(["a"], ["GPU", "BIG"])]
     assert [(g["hosts"], g["features"]) for g in parts["p3"]["nodes"]] == [(["c"], [])]
 
 
 def test_bad_integer_names_line_and_key() -> None:
-    with pytest.raises(ScontrolFormatError, match=r"<in>:1: node x: CPUTot='eight' is not an integer"):
+    with pytest.raises(
+        ScontrolFormatError, match=r"<in>:1: node x: CPUTot='eight' is not an integer"
+    ):
         parse_nodes(node("x").replace("CPUTot=8", "CPUTot=eight"), "<in>")
 
 
@@ -255,11 +283,24 @@ def test_cluster_headers() -> None:
 
 def test_parse_partitions() -> None:
     debug, gpu, scratch = parse_partitions(SANDBOX_PARTITIONS)
-    assert (debug.name, debug.max_time, debug.default_time, debug.default) == ("debug", 3600, 600, True)
+    assert (debug.name, debug.max_time, debug.default_time, debug.default) == (
+        "debug",
+        3600,
+        600,
+        True,
+    )
     assert (gpu.max_time, gpu.qos, gpu.allow_accounts, gpu.allow_qos) == (
-        86400, "gpu", ("research", "sandbox"), ())
+        86400,
+        "gpu",
+        ("research", "sandbox"),
+        (),
+    )
     assert (scratch.max_time, scratch.default_time, scratch.state, scratch.nodes) == (
-        None, None, "INACTIVE", "")
+        None,
+        None,
+        "INACTIVE",
+        "",
+    )
     assert scratch.priority_tier == 5 and debug.line == 1
 
 
@@ -287,7 +328,11 @@ def test_catch_all_partition_of_every_node_is_listed_last() -> None:
     """Without partitions text, a partition holding every node, each also in another one (a
     hidden site-wide partition), never comes first; a partition that alone holds some nodes
     keeps its place."""
-    text = node("a1", partitions="All,small") + node("a2", partitions="All,small") + node("g1", partitions="All,gpu")
+    text = (
+        node("a1", partitions="All,small")
+        + node("a2", partitions="All,small")
+        + node("g1", partitions="All,gpu")
+    )
     conv = convert_text(text)
     assert list(yaml.safe_load(conv.text)["slurm"][0]["partitions"]) == ["small", "gpu", "All"]
     assert any("partition All holds every node" in w for w in conv.warnings)
@@ -306,12 +351,21 @@ def test_convert_real_output_layout_and_load() -> None:
     group = doc["slurm"][0]
     assert "use_hosts" not in group
     assert groups_of(doc, "debug") == [
-        {"hosts": ["cpu01"], "features": ["CPU", "XEON"],
-         "configuration": {"cpu": {"cores": 8, "memory": "16000M"}, "gpu": {"count": 0}}},
-        {"hosts": ["gpu01"], "features": ["GPU", "GPU2", "GPUM48G", "A6000"],
-         "configuration": {"cpu": {"cores": 8, "memory": "32000M"}, "gpu": {"count": 2}}},
-        {"hosts": ["gpu02"], "features": ["GPU", "GPU4", "GPUM24G", "RTX3090"],
-         "configuration": {"cpu": {"cores": 8, "memory": "32000M"}, "gpu": {"count": 4}}},
+        {
+            "hosts": ["cpu01"],
+            "features": ["CPU", "XEON"],
+            "configuration": {"cpu": {"cores": 8, "memory": "16000M"}, "gpu": {"count": 0}},
+        },
+        {
+            "hosts": ["gpu01"],
+            "features": ["GPU", "GPU2", "GPUM48G", "A6000"],
+            "configuration": {"cpu": {"cores": 8, "memory": "32000M"}, "gpu": {"count": 2}},
+        },
+        {
+            "hosts": ["gpu02"],
+            "features": ["GPU", "GPU4", "GPUM24G", "RTX3090"],
+            "configuration": {"cpu": {"cores": 8, "memory": "32000M"}, "gpu": {"count": 4}},
+        },
     ]
     cfg = load_config_text(result.text, "converted.yaml")
     (g,) = cfg.groups
@@ -325,10 +379,16 @@ def test_convert_real_output_layout_and_load() -> None:
 
 
 def test_grouping_by_features_cpus_memory_gpus() -> None:
-    text = "\n".join([
-        node("a", "X,Y"), node("b", "Y,X"), node("c", "X,Y", cpus=16), node("d", "X,Y", mem=8000),
-        node("e", "X,Y", gres="gpu:1"), node("f", "X,Y"),
-    ])
+    text = "\n".join(
+        [
+            node("a", "X,Y"),
+            node("b", "Y,X"),
+            node("c", "X,Y", cpus=16),
+            node("d", "X,Y", mem=8000),
+            node("e", "X,Y", gres="gpu:1"),
+            node("f", "X,Y"),
+        ]
+    )
     groups = groups_of(converted(text), "p")
     assert [g["hosts"] for g in groups] == [["a", "b", "f"], ["c"], ["d"], ["e"]]
     assert groups[3]["configuration"]["gpu"] == {"count": 1}
@@ -343,8 +403,32 @@ def test_no_hosts() -> None:
     assert g.use_hosts is False  # type: ignore[union-attr]
 
 
-WEIRD = ["n.1", "n:2", "yes", "on", "null", "~", "123", "1_000", "0x1F", "1e3", "-dash", "@at",
-         "*star", "&amp", "!bang", "%pct", "a#b", "'q", '"dq', "é-node", "[x]", "{y}", "?q", "a: b"]
+WEIRD = [
+    "n.1",
+    "n:2",
+    "yes",
+    "on",
+    "null",
+    "~",
+    "123",
+    "1_000",
+    "0x1F",
+    "1e3",
+    "-dash",
+    "@at",
+    "*star",
+    "&amp",
+    "!bang",
+    "%pct",
+    "a#b",
+    "'q",
+    '"dq',
+    "é-node",
+    "[x]",
+    "{y}",
+    "?q",
+    "a: b",
+]
 
 
 def test_weird_names_survive_yaml() -> None:
@@ -372,12 +456,16 @@ def test_no_aliases_even_for_identical_groups() -> None:
 def test_nodes_without_partition_are_reported() -> None:
     result = convert_text(node("a") + "\n" + node("lonely", partitions=None))
     assert result.warnings == ("1 node(s) in no partition left out: lonely",)
-    with pytest.raises(ScontrolFormatError, match=r"no node record has Partitions=.*--partitions FILE"):
+    with pytest.raises(
+        ScontrolFormatError, match=r"no node record has Partitions=.*--partitions FILE"
+    ):
         convert_text(node("lonely", partitions=None))
 
 
 def test_partitions_text_adds_time_limits_order_and_state() -> None:
-    result = convert_text(SANDBOX_NODES, partitions_text=SANDBOX_PARTITIONS, access=Access(accounts=("research",)))
+    result = convert_text(
+        SANDBOX_NODES, partitions_text=SANDBOX_PARTITIONS, access=Access(accounts=("research",))
+    )
     doc = yaml.safe_load(result.text)
     parts = doc["slurm"][0]["partitions"]
     assert list(parts) == ["debug", "gpu"]  # scontrol's order; `long` is not in the text
@@ -387,7 +475,8 @@ def test_partitions_text_adds_time_limits_order_and_state() -> None:
     assert "scratch" not in parts and "accounts" not in parts["debug"]
     assert result.warnings == (
         "partition long left out (--all keeps it): not in the partitions text (hidden, or not "
-        "visible to the user who ran scontrol)",)
+        "visible to the user who ran scontrol)",
+    )
     inactive = SANDBOX_PARTITIONS.replace("State=UP TotalCPUs=24", "State=DRAIN TotalCPUs=24")
     doc = yaml.safe_load(convert_text(SANDBOX_NODES, partitions_text=inactive).text)
     assert doc["slurm"][0]["partitions"]["debug"]["disabled"] is True
@@ -395,7 +484,9 @@ def test_partitions_text_adds_time_limits_order_and_state() -> None:
     assert [p.configuration.max_duration for p in g.partitions] == [3600, 86400]  # type: ignore[union-attr]
     kept = convert_text(SANDBOX_NODES, partitions_text=SANDBOX_PARTITIONS, keep_all=True)
     assert list(yaml.safe_load(kept.text)["slurm"][0]["partitions"]) == ["debug", "gpu", "long"]
-    assert "#   gpu: AllowAccounts=research,sandbox and your Slurm accounts are unknown" in kept.text
+    assert (
+        "#   gpu: AllowAccounts=research,sandbox and your Slurm accounts are unknown" in kept.text
+    )
     with pytest.raises(ScontrolFormatError, match="no partition records found"):
         convert_text(SANDBOX_NODES, partitions_text="\n")
 
@@ -444,18 +535,25 @@ PartitionName=all
 
 def test_memory_on_the_os_line_of_slurm_17_02() -> None:
     (n,) = parse_nodes(OLD_NODE.format(i=1))
-    assert (n.memory_mib, n.cpus, n.features, n.gpus, n.partitions) == (94000, 16, ("ib", "haswell"), 2, None)
+    assert (n.memory_mib, n.cpus, n.features, n.gpus, n.partitions) == (
+        94000,
+        16,
+        ("ib", "haswell"),
+        2,
+        None,
+    )
 
 
 def test_os_with_spaces_own_line_and_one_line_form() -> None:
     multi = node("a").replace(
-        "   RealMemory=", "   OS=Linux 3.10.0-957.el7.x86_64 #1 SMP Thu Nov 8 23:39:32 UTC 2018 \n   RealMemory="
+        "   RealMemory=",
+        "   OS=Linux 3.10.0-957.el7.x86_64 #1 SMP Thu Nov 8 23:39:32 UTC 2018 \n   RealMemory=",
     )
     one = (
         "NodeName=b CPUTot=8 AvailableFeatures=X Gres=(null) OS=Linux 3.10.0-957.el7.x86_64 #1 SMP "
         "Thu Nov 8 23:39:32 UTC 2018 RealMemory=2000 AllocMem=0 State=IDLE Partitions=p "
         "Reason=fan RealMemory=1 State=DOWN [root@2020-01-01T00:00:00] Comment=moved: a=b c "
-        "Extra={\"rack\": 5, \"x=y\": 1} ReservationName=maint\n"
+        'Extra={"rack": 5, "x=y": 1} ReservationName=maint\n'
     )
     a, b = parse_nodes(multi + "\n" + one)
     assert (a.memory_mib, a.cpus) == (16000, 8)
@@ -469,7 +567,13 @@ def test_every_key_is_read_wherever_it_stands() -> None:
     )
     (n,) = parse_nodes(text)
     assert (n.cpus, n.memory_mib, n.gpus, n.state, n.partitions, n.features) == (
-        12, 5000, 2, "MIXED", ("q",), ("F",))
+        12,
+        5000,
+        2,
+        "MIXED",
+        ("q",),
+        ("F",),
+    )
 
 
 def test_reason_comment_extra_and_their_continuation_lines() -> None:
@@ -477,7 +581,7 @@ def test_reason_comment_extra_and_their_continuation_lines() -> None:
         "   Reason=bad dimm State=DOWN Partitions=wrong [root@2026-01-01T00:00:00]\n"
         "          second line of the reason RealMemory=1\n"
         "   Comment=see ticket CPUTot=2\n"
-        "   Extra={\"Partitions\": \"x\"} Gres=gpu:8\n"
+        '   Extra={"Partitions": "x"} Gres=gpu:8\n'
         "   ReservationName=maint\n"
     )
     (n,) = parse_nodes(text)
@@ -485,12 +589,18 @@ def test_reason_comment_extra_and_their_continuation_lines() -> None:
     records = parse_records(text, "NodeName", free_text=NODE_FREE_TEXT)
     fields = records[0].fields
     assert fields["Reason"] == (
-        "bad dimm State=DOWN Partitions=wrong [root@2026-01-01T00:00:00] second line of the reason RealMemory=1")
-    assert (fields["Comment"], fields["Extra"]) == ("see ticket CPUTot=2", '{"Partitions": "x"} Gres=gpu:8')
+        "bad dimm State=DOWN Partitions=wrong [root@2026-01-01T00:00:00] second line of the reason RealMemory=1"
+    )
+    assert (fields["Comment"], fields["Extra"]) == (
+        "see ticket CPUTot=2",
+        '{"Partitions": "x"} Gres=gpu:8',
+    )
     assert fields["ReservationName"] == "maint" and fields["RealMemory"] == "16000"
 
 
-def spec_node(name: str, extra: str, cpus: int = 48, threads: int = 2, efctv: int | None = None) -> str:
+def spec_node(
+    name: str, extra: str, cpus: int = 48, threads: int = 2, efctv: int | None = None
+) -> str:
     """A node with core and memory specialization (CoresPerSocket x Sockets = 24 cores)."""
     eff = f" CPUEfctv={efctv}" if efctv is not None else ""
     return (
@@ -507,7 +617,11 @@ def spec_node(name: str, extra: str, cpus: int = 48, threads: int = 2, efctv: in
 @pytest.mark.parametrize(
     ("text", "cpus", "memory"),
     [
-        (spec_node("a", "CoreSpecCount=2 CPUSpecList=0-1,24-25 MemSpecLimit=10000", efctv=44), 44, 180000),
+        (
+            spec_node("a", "CoreSpecCount=2 CPUSpecList=0-1,24-25 MemSpecLimit=10000", efctv=44),
+            44,
+            180000,
+        ),
         (spec_node("b", "CoreSpecCount=2 MemSpecLimit=10000"), 44, 180000),  # 2 cores x 2 threads
         (spec_node("c", "CoreSpecCount=2", cpus=24), 22, 190000),  # threads not scheduled
         (spec_node("d", "CPUSpecList=0,24,1"), 45, 190000),
@@ -525,7 +639,9 @@ def test_core_and_memory_specialization(text: str, cpus: int, memory: int) -> No
 def test_all_cputot_cores_on_a_specialized_node_is_not_found() -> None:
     from launchers import find_launcher
 
-    cfg = load_config_text(convert_text(spec_node("a", "CoreSpecCount=2 MemSpecLimit=10000", efctv=44)).text, "s.yaml")
+    cfg = load_config_text(
+        convert_text(spec_node("a", "CoreSpecCount=2 MemSpecLimit=10000", efctv=44)).text, "s.yaml"
+    )
     assert find_launcher("cpu(cores=44, mem=180000M)", config=cfg).options.partition == "p"
     assert find_launcher("cpu(cores=48)", config=cfg, default=None) is None
     assert find_launcher("cpu(mem=190000M)", config=cfg, default=None) is None
@@ -533,13 +649,16 @@ def test_all_cputot_cores_on_a_specialized_node_is_not_found() -> None:
 
 def test_memory_that_cannot_be_read_is_reported() -> None:
     bare = "NodeName=nomem CPUTot=4 AvailableFeatures=F Gres=(null) State=IDLE Partitions=p\n"
-    tres = bare.replace("nomem", "tres").replace("State=", "CfgTRES=cpu=4,mem=1.5G,billing=4 State=")
+    tres = bare.replace("nomem", "tres").replace(
+        "State=", "CfgTRES=cpu=4,mem=1.5G,billing=4 State="
+    )
     nomem, viatres = parse_nodes(bare + tres)
     assert nomem.memory_mib is None and viatres.memory_mib == 1536
     result = convert_text(bare + tres)
     assert result.warnings == (
         "<stdin>:1: RealMemory: cannot read the memory of 1 node(s) (no RealMemory= above 0, no mem= in "
-        "CfgTRES=); their node groups declare no memory, so cpu(mem=...) does not limit them: nomem",)
+        "CfgTRES=); their node groups declare no memory, so cpu(mem=...) does not limit them: nomem",
+    )
     one = convert_text(node("tiny", mem=1))
     assert "RealMemory=1 (Slurm's default" in one.warnings[0]
 
@@ -555,7 +674,9 @@ def test_old_slurm_nodes_get_partitions_from_partition_node_lists() -> None:
     assert [g["hosts"] for g in parts["all"]["nodes"]] == [["old1", "old2", "old3"]]
     assert parts["short"]["configuration"] == {"max_duration": "4h"}
     assert parts["short"]["nodes"][0]["configuration"] == {
-        "cpu": {"cores": 16, "memory": "94000M"}, "gpu": {"count": 2}}
+        "cpu": {"cores": 16, "memory": "94000M"},
+        "gpu": {"count": 2},
+    }
     assert result.warnings == ()
     (short, _all) = parse_partitions(OLD_PARTITIONS)
     assert short.priority_tier == 1 and short.nodes == "old[1-2]"
@@ -582,7 +703,11 @@ def test_expand_hostlist_errors(bad: str) -> None:
         expand_hostlist(bad)
     text = OLD_NODE.format(i=1)
     with pytest.raises(ScontrolFormatError, match=r"parts.txt:1: partition short: Nodes="):
-        convert_text(text, partitions_text=OLD_PARTITIONS.replace("old[1-2]", bad), partitions_source="parts.txt")
+        convert_text(
+            text,
+            partitions_text=OLD_PARTITIONS.replace("old[1-2]", bad),
+            partitions_source="parts.txt",
+        )
 
 
 RESTRICTED = """\
@@ -607,29 +732,48 @@ PartitionName=rootonly
    AllowGroups=ALL AllowAccounts=ALL Hidden=NO RootOnly=YES MaxTime=UNLIMITED Nodes=n3 State=UP
 """
 RESTRICTED_NODES = "\n".join(
-    node(f"n{i}", "F", f"everything,std,{p}") for i, p in ((1, "staff"), (2, "paid"), (3, "nofree,rootonly"))
+    node(f"n{i}", "F", f"everything,std,{p}")
+    for i, p in ((1, "staff"), (2, "paid"), (3, "nofree,rootonly"))
 )
 
 
 def test_partitions_the_user_cannot_use() -> None:
     everything, std, staff, paid, nofree, rootonly = parse_partitions(RESTRICTED)
-    assert (everything.hidden, everything.allow_groups, staff.allow_groups) == (True, ("wheel",), ("wheel", "admin"))
-    assert (paid.allow_accounts, nofree.deny_accounts, nofree.allow_accounts, rootonly.root_only) == (
-        ("proj1", "proj2"), ("free",), (), True)
+    assert (everything.hidden, everything.allow_groups, staff.allow_groups) == (
+        True,
+        ("wheel",),
+        ("wheel", "admin"),
+    )
+    assert (
+        paid.allow_accounts,
+        nofree.deny_accounts,
+        nofree.allow_accounts,
+        rootonly.root_only,
+    ) == (("proj1", "proj2"), ("free",), (), True)
     user = Access(frozenset({"users"}), ("proj2", "free"))
-    assert partition_usability(everything, user).reason == "Hidden=YES (Slurm shows it to administrators only)"
+    assert (
+        partition_usability(everything, user).reason
+        == "Hidden=YES (Slurm shows it to administrators only)"
+    )
     assert partition_usability(std, user) == Usability()
-    assert partition_usability(staff, user).reason == "AllowGroups=wheel,admin includes none of your groups (users)"
+    assert (
+        partition_usability(staff, user).reason
+        == "AllowGroups=wheel,admin includes none of your groups (users)"
+    )
     assert partition_usability(paid, user) == Usability(None, ("proj2",))
     assert partition_usability(nofree, user) == Usability(None, ("proj2",))
     assert partition_usability(nofree, Access(accounts=("free",))).reason == (
-        "DenyAccounts=free admits none of your accounts (free)")
+        "DenyAccounts=free admits none of your accounts (free)"
+    )
     assert partition_usability(rootonly, user).reason == "RootOnly=YES (only root may submit there)"
     root = Access(frozenset({"root"}), ("proj1",), superuser=True)
-    assert [partition_usability(p, root).reason is None for p in (staff, paid, rootonly, everything)] == [
-        True, True, True, False]
+    assert [
+        partition_usability(p, root).reason is None for p in (staff, paid, rootonly, everything)
+    ] == [True, True, True, False]
 
-    result = convert_text(RESTRICTED_NODES, partitions_text=RESTRICTED, access=user, partitions_source="parts")
+    result = convert_text(
+        RESTRICTED_NODES, partitions_text=RESTRICTED, access=user, partitions_source="parts"
+    )
     parts = yaml.safe_load(result.text)["slurm"][0]["partitions"]
     assert list(parts) == ["std", "paid", "nofree"]  # scontrol's order, `everything` not first
     assert parts["paid"]["accounts"] == ["proj2"] and parts["nofree"]["accounts"] == ["proj2"]
@@ -639,12 +783,27 @@ def test_partitions_the_user_cannot_use() -> None:
         "parts:18: partition rootonly left out (--all keeps it): RootOnly=YES (only root may submit there)",
     )
     assert "#   everything: Hidden=YES" in result.text
-    kept = yaml.safe_load(convert_text(RESTRICTED_NODES, partitions_text=RESTRICTED, access=user, keep_all=True).text)
-    assert list(kept["slurm"][0]["partitions"]) == ["std", "paid", "nofree", "everything", "staff", "rootonly"]
+    kept = yaml.safe_load(
+        convert_text(RESTRICTED_NODES, partitions_text=RESTRICTED, access=user, keep_all=True).text
+    )
+    assert list(kept["slurm"][0]["partitions"]) == [
+        "std",
+        "paid",
+        "nofree",
+        "everything",
+        "staff",
+        "rootonly",
+    ]
     nobody = Access(frozenset({"users"}), None)
-    names = list(yaml.safe_load(convert_text(RESTRICTED_NODES, partitions_text=RESTRICTED, access=nobody).text)["slurm"][0]["partitions"])
+    names = list(
+        yaml.safe_load(
+            convert_text(RESTRICTED_NODES, partitions_text=RESTRICTED, access=nobody).text
+        )["slurm"][0]["partitions"]
+    )
     assert names == ["std"]  # accounts unknown: restricted partitions are never assumed usable
-    with pytest.raises(ScontrolFormatError, match="no partition of the nodes is usable: everything: Hidden=YES"):
+    with pytest.raises(
+        ScontrolFormatError, match="no partition of the nodes is usable: everything: Hidden=YES"
+    ):
         convert_text(node("n1", "F", "everything"), partitions_text=RESTRICTED, access=user)
 
 
@@ -690,8 +849,14 @@ def test_cli_partitions_file(tmp_path: Path) -> None:
     [
         (b"", "no node records found"),
         (b"\n  \n", "no node records found"),
-        (b"slurm_load_node error: Unable to contact slurm controller\n", "<stdin>:1: expected a record"),
-        (b"PartitionName=debug MaxTime=1:00:00\n", "<stdin>: the text holds `scontrol show partitions` records but no node record"),
+        (
+            b"slurm_load_node error: Unable to contact slurm controller\n",
+            "<stdin>:1: expected a record",
+        ),
+        (
+            b"PartitionName=debug MaxTime=1:00:00\n",
+            "<stdin>: the text holds `scontrol show partitions` records but no node record",
+        ),
         (b"\xff\xfe\x00garbage", "not UTF-8"),
         (node("x").replace("RealMemory=16000", "RealMemory=lots").encode(), "RealMemory='lots'"),
     ],
@@ -708,9 +873,9 @@ def test_cli_unreadable_input(data: bytes, message: str) -> None:
 
 # ---------------------------------------------------------------- properties and speed
 
-_name = st.text(
-    alphabet=st.sampled_from("abcXYZ019.:-_@#+/"), min_size=1, max_size=8
-).filter(lambda s: s not in ("(null)",))
+_name = st.text(alphabet=st.sampled_from("abcXYZ019.:-_@#+/"), min_size=1, max_size=8).filter(
+    lambda s: s not in ("(null)",)
+)
 _node_st = st.tuples(
     _name,
     st.lists(_name, max_size=3, unique=True),
@@ -766,7 +931,9 @@ def test_query_slurm_leaves_out_partitions_the_user_cannot_use(
     (tmp_path / "nodes.txt").write_text(RESTRICTED_NODES)
     (tmp_path / "parts.txt").write_text(RESTRICTED)
     fake = tmp_path / "scontrol"
-    fake.write_text(f'#!/bin/sh\ncase "$2" in nodes) cat {tmp_path}/nodes.txt;; *) cat {tmp_path}/parts.txt;; esac\n')
+    fake.write_text(
+        f'#!/bin/sh\ncase "$2" in nodes) cat {tmp_path}/nodes.txt;; *) cat {tmp_path}/parts.txt;; esac\n'
+    )
     fake.chmod(0o755)
     monkeypatch.setattr(query, "local_access", lambda: Access(frozenset({"admin"}), None, False))
     group = SlurmGroup(
@@ -781,7 +948,10 @@ def test_query_slurm_leaves_out_partitions_the_user_cannot_use(
     assert list(parts) == ["std", "staff", "everything", "paid"]
     assert parts["paid"].accounts == ("proj1",) and parts["everything"].priority == 1
     text = caplog.text
-    assert "partition rootonly left out: RootOnly=YES (only root may submit there) (name it in the file to use it)" in text
+    assert (
+        "partition rootonly left out: RootOnly=YES (only root may submit there) (name it in the file to use it)"
+        in text
+    )
     assert "partition nofree left out: the file's accounts (free) are not admitted by Slurm" in text
     assert [n.hosts for n in parts["std"].nodes] == [("n1", "n2", "n3")]
 
@@ -805,6 +975,8 @@ def test_partitions_after_the_nodes_on_stdin() -> None:
     both = convert_text(text, access=user)
     apart = convert_text(RESTRICTED_NODES, partitions_text=RESTRICTED, access=user)
     assert both.text == apart.text
-    assert both.warnings[0].startswith(f"<stdin>:{RESTRICTED_NODES.count(chr(10)) + 2}: partition everything left out")
+    assert both.warnings[0].startswith(
+        f"<stdin>:{RESTRICTED_NODES.count(chr(10)) + 2}: partition everything left out"
+    )
     with pytest.raises(ScontrolFormatError, match="give them once"):
         convert_text(text, partitions_text=RESTRICTED)

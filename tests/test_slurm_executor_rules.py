@@ -18,7 +18,9 @@ def _executor() -> SlurmExecutor:
     return SlurmExecutor(SlurmLauncher(group=SlurmGroup(id="u")))
 
 
-def test_unknown_slurm_state_keeps_the_job_until_its_exit_record_ends_it(caplog: pytest.LogCaptureFixture) -> None:
+def test_unknown_slurm_state_keeps_the_job_until_its_exit_record_ends_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """slurm-runtime §6: an unknown state is warned about and changes nothing, but ``job.rc``
     can still end the job (here with its own exit code)."""
     from launchers.jobs.record import RcRecord

@@ -23,14 +23,22 @@ def test_association_limit_of_the_default_account_minus_its_queued_jobs() -> Non
 
 def test_the_smaller_of_association_and_qos_wins() -> None:
     text = out("root", ASSOC, QOS, ["research|high"])
-    assert parse_allowance(text, account="research") == Allowance(3, "MaxSubmitJobsPerUser=4 of QoS high, 1 queued")
-    assert parse_allowance(text, qos="bench") == Allowance(5, "MaxSubmitJobs=5 of account root, 0 queued")
+    assert parse_allowance(text, account="research") == Allowance(
+        3, "MaxSubmitJobsPerUser=4 of QoS high, 1 queued"
+    )
+    assert parse_allowance(text, qos="bench") == Allowance(
+        5, "MaxSubmitJobs=5 of account root, 0 queued"
+    )
 
 
 def test_partition_specific_association() -> None:
     text = out("root", ASSOC, QOS, [])
-    assert parse_allowance(text, partition="gpu") == Allowance(2, "MaxSubmitJobs=2 of account root, 0 queued")
-    assert parse_allowance(text, partition="debug") == Allowance(5, "MaxSubmitJobs=5 of account root, 0 queued")
+    assert parse_allowance(text, partition="gpu") == Allowance(
+        2, "MaxSubmitJobs=2 of account root, 0 queued"
+    )
+    assert parse_allowance(text, partition="debug") == Allowance(
+        5, "MaxSubmitJobs=5 of account root, 0 queued"
+    )
 
 
 def test_no_limit_or_unreadable_output_is_none() -> None:
@@ -47,4 +55,6 @@ def test_allowance_can_be_exhausted() -> None:
 def test_command_quotes_the_user_and_names_the_cluster() -> None:
     argv = allowance_command("o'brien", "c1")
     assert argv[:2] == ["sh", "-c"]
-    assert "user='o'\"'\"'brien'" in argv[2] and "cluster=c1" in argv[2] and "--clusters=c1" in argv[2]
+    assert (
+        "user='o'\"'\"'brien'" in argv[2] and "cluster=c1" in argv[2] and "--clusters=c1" in argv[2]
+    )

@@ -22,7 +22,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
 
 
 def reset() -> None:
-    for key in [k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"]:
+    for key in [
+        k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"
+    ]:
         del jobs_executor._executors[key]
     registry.forget_all()
 
@@ -34,7 +36,9 @@ def clean(slurm_cluster: dict[str, str]) -> Iterator[dict[str, str]]:
     reset()
 
 
-def write_config(tmp_path: Path, info: dict[str, str], port: int, known_hosts: str, **extra: Any) -> Path:
+def write_config(
+    tmp_path: Path, info: dict[str, str], port: int, known_hosts: str, **extra: Any
+) -> Path:
     lines = [
         "connectors:",
         "  ssh:",
@@ -64,7 +68,9 @@ def launcher(path: Path) -> SlurmLauncher:
 
 
 def executor_commands() -> dict[str, int]:
-    (ex,) = [e for k, e in jobs_executor._executors.items() if isinstance(k, tuple) and k[0] == "slurm"]
+    (ex,) = [
+        e for k, e in jobs_executor._executors.items() if isinstance(k, tuple) and k[0] == "slurm"
+    ]
     return dict(ex.commands)
 
 
@@ -72,7 +78,10 @@ def test_submit_poll_cancel_and_read_outputs(clean: dict[str, str], tmp_path: Pa
     info = clean
     remote_root = tmp_path / "remote"
     conf = write_config(
-        tmp_path, info, int(info["CLUSTER_SSH_PORT"]), info["CLUSTER_SSH_KNOWN_HOSTS"],
+        tmp_path,
+        info,
+        int(info["CLUSTER_SSH_PORT"]),
+        info["CLUSTER_SSH_KNOWN_HOSTS"],
         workdir=str(remote_root),
     )
     L = launcher(conf)
@@ -113,7 +122,12 @@ def test_job_tracked_across_an_sshd_outage(clean: dict[str, str], tmp_path: Path
     server.start()
     try:
         conf = write_config(
-            tmp_path, info, OWN_SSHD_PORT, str(kh), keepalive_interval="1s", command_timeout="10s",
+            tmp_path,
+            info,
+            OWN_SSHD_PORT,
+            str(kh),
+            keepalive_interval="1s",
+            command_timeout="10s",
             workdir=str(tmp_path / "remote"),
         )
         L = launcher(conf)
@@ -135,20 +149,28 @@ def test_job_tracked_across_an_sshd_outage(clean: dict[str, str], tmp_path: Path
         server.kill()
 
 
-def test_array_sized_to_the_submit_allowance_over_ssh(clean: dict[str, str], tmp_path: Path) -> None:
+def test_array_sized_to_the_submit_allowance_over_ssh(
+    clean: dict[str, str], tmp_path: Path
+) -> None:
     """slurm-runtime.md §8 over SSH: the allowance (sacctmgr + squeue, one remote command) sizes
     each chunk, so no sbatch is refused; the rest waits and goes in as elements leave."""
     import subprocess
 
     qos = "lnch_submit2ssh"  # its own QoS: the per-user count is shared with test_slurm_runtime
-    subprocess.run(["sacctmgr", "-i", "add", "qos", qos, "MaxSubmitJobsPerUser=2"], capture_output=True)
-    subprocess.run(["sacctmgr", "-i", "modify", "user", "root", "set", f"qos+={qos}"], capture_output=True)
+    subprocess.run(
+        ["sacctmgr", "-i", "add", "qos", qos, "MaxSubmitJobsPerUser=2"], capture_output=True
+    )
+    subprocess.run(
+        ["sacctmgr", "-i", "modify", "user", "root", "set", f"qos+={qos}"], capture_output=True
+    )
     info = clean
     conf = write_config(tmp_path, info, int(info["CLUSTER_SSH_PORT"]), info["CLUSTER_SSH_KNOWN_HOSTS"],
                         workdir=str(tmp_path / "remote"))  # fmt: skip
     L = launcher(conf).config(qos=qos)
     with experiment(tmp_path / "exp", L):
-        elements = L.submit_array([command(["sh", "-c", f"sleep 1; echo e{i} over ssh"]) for i in range(5)])
+        elements = L.submit_array(
+            [command(["sh", "-c", f"sleep 1; echo e{i} over ssh"]) for i in range(5)]
+        )
     assert [j.state for j in elements] == [JobState.COMPLETED] * 5
     assert len({(j.native_id or "").split("_")[0] for j in elements}) == 3  # 2 + 2 + 1
     cmds = executor_commands()

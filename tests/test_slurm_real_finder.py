@@ -36,7 +36,11 @@ def scontrol(*args: str) -> str:
 def sbatch_test_only(args: list[str], jobs_dir: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["sbatch", "--test-only", *args, "--wrap", "true"],
-        capture_output=True, text=True, timeout=30, cwd=jobs_dir, check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=jobs_dir,
+        check=False,
     )
 
 
@@ -45,7 +49,11 @@ def converted_text(slurm_cluster: dict[str, str]) -> str:
     nodes = scontrol("show", "nodes")
     proc = subprocess.run(
         [sys.executable, "-m", "launchers", "slurm", "convert"],
-        input=nodes, capture_output=True, text=True, timeout=60, check=False,
+        input=nodes,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
@@ -128,7 +136,11 @@ def test_impossible_requirements_are_not_found(converted_text: str, requirement:
 def test_no_hosts_config_still_finds(slurm_cluster: dict[str, str]) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "launchers", "slurm", "convert", "--no-hosts"],
-        input=scontrol("show", "nodes"), capture_output=True, text=True, timeout=60, check=False,
+        input=scontrol("show", "nodes"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     cfg = with_gpu_memory(proc.stdout, "regex")
@@ -144,13 +156,19 @@ def test_convert_with_partitions_reads_time_limits(
     parts.write_text(scontrol("show", "partitions"))
     proc = subprocess.run(
         [sys.executable, "-m", "launchers", "slurm", "convert", "--partitions", str(parts)],
-        input=scontrol("show", "nodes"), capture_output=True, text=True, timeout=60, check=False,
+        input=scontrol("show", "nodes"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     cfg = with_gpu_memory(proc.stdout, "regex")
     launcher = find_launcher("duration=2h & cpu(cores=2)", config=cfg)
     assert "debug" not in launcher.options.partition.split(",")
-    assert sbatch_test_only(launcher.sbatch_args(), slurm_cluster["CLUSTER_JOBS_DIR"]).returncode == 0
+    assert (
+        sbatch_test_only(launcher.sbatch_args(), slurm_cluster["CLUSTER_JOBS_DIR"]).returncode == 0
+    )
     with pytest.raises(LauncherNotFoundError):
         find_launcher("duration=8 days & cpu()", config=cfg)
 
@@ -198,8 +216,11 @@ def test_query_reads_max_time_and_keeps_file_keys(queried: LaunchersConfig) -> N
     ],
 )
 def test_query_slurm_respects_partition_time_limits(
-    queried: LaunchersConfig, slurm_cluster: dict[str, str], requirement: str,
-    allowed: set[str], forbidden: set[str],
+    queried: LaunchersConfig,
+    slurm_cluster: dict[str, str],
+    requirement: str,
+    allowed: set[str],
+    forbidden: set[str],
 ) -> None:
     launcher = find_launcher(requirement, config=queried)
     parts = set(launcher.options.partition.split(","))
@@ -216,12 +237,19 @@ def test_query_slurm_too_long_is_not_found(queried: LaunchersConfig) -> None:
 def test_query_slurm_errors_name_the_group(slurm_cluster: dict[str, str], tmp_path: Any) -> None:
     query.clear_cache()
     bad_path = SlurmGroup(id="nowhere", query_slurm=True, path=str(tmp_path))
-    with pytest.raises(ConfigurationError, match=r"slurm group nowhere: query_slurm needs scontrol"):
+    with pytest.raises(
+        ConfigurationError, match=r"slurm group nowhere: query_slurm needs scontrol"
+    ):
         query.refresh_group(bad_path)
     failing = tmp_path / "scontrol"
-    failing.write_text("#!/bin/sh\necho 'slurm_load_partitions: Unable to contact slurm controller' >&2\nexit 1\n")
+    failing.write_text(
+        "#!/bin/sh\necho 'slurm_load_partitions: Unable to contact slurm controller' >&2\nexit 1\n"
+    )
     failing.chmod(0o755)
-    with pytest.raises(ConfigurationError, match=r"`scontrol show nodes` failed \(exit 1\): slurm_load_partitions: Unable"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"`scontrol show nodes` failed \(exit 1\): slurm_load_partitions: Unable",
+    ):
         query.refresh_group(bad_path)
     remote = SlurmGroup(id="far", query_slurm=True, connector="front")
     with pytest.raises(ConfigurationError, match=r"slurm group far: .*unknown connector 'front'"):
@@ -251,7 +279,10 @@ slurm:
     cfg = load_config(tmp_path / "launchers.yaml")
     refreshed = query.refresh_group(cfg.groups[0])  # type: ignore[arg-type]
     assert [(p.name, p.priority, p.configuration.max_duration) for p in refreshed.partitions] == [
-        ("debug", 0, 3600), ("gpu", 3, 86400), ("long", 0, 7 * 86400)]
+        ("debug", 0, 3600),
+        ("gpu", 3, 86400),
+        ("long", 0, 7 * 86400),
+    ]
     launcher = find_launcher("duration=2h & cuda()*2", config=cfg)
     assert launcher.options.partition == "gpu"
 
@@ -274,7 +305,9 @@ def test_query_slurm_over_ssh_asks_the_remote_user_for_allow_groups(
         "PartitionName=open AllowGroups=ALL AllowAccounts=ALL Nodes=n1 State=UP\n"
     )
     fake = tmp_path / "scontrol"
-    fake.write_text(f'#!/bin/sh\ncase "$2" in nodes) cat {tmp_path}/nodes.txt;; *) cat {tmp_path}/parts.txt;; esac\n')
+    fake.write_text(
+        f'#!/bin/sh\ncase "$2" in nodes) cat {tmp_path}/nodes.txt;; *) cat {tmp_path}/parts.txt;; esac\n'
+    )
     fake.chmod(0o755)
     (tmp_path / "launchers.yaml").write_text(f"""\
 connectors:

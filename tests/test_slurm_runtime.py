@@ -28,17 +28,23 @@ pytestmark = pytest.mark.slurm
 
 
 def make_launcher(**group: Any) -> SlurmLauncher:
-    return SlurmLauncher(group=SlurmGroup(id="sb", **group), options={"partition": "debug", "time": "00:05:00"})
+    return SlurmLauncher(
+        group=SlurmGroup(id="sb", **group), options={"partition": "debug", "time": "00:05:00"}
+    )
 
 
 def reset_executors() -> None:
     """Executors are per process; tests that switch cluster (SLURM_CONF) start afresh."""
-    for key in [k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"]:
+    for key in [
+        k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"
+    ]:
         del jobs_executor._executors[key]
 
 
 @pytest.fixture
-def cluster(slurm_cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+def cluster(
+    slurm_cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, str]]:
     monkeypatch.setenv("SLURM_CONF", slurm_cluster["SLURM_CONF"])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(SRC)]))
     reset_executors()
@@ -56,7 +62,7 @@ def test_complete_fail_cancel(cluster: dict[str, str], tmp_path: Path) -> None:
     L = make_launcher()
     t0 = time.monotonic()
     with pytest.raises(ExperimentFailed) as info, experiment(tmp_path, L):
-        ok = command(["sh", "-c", "echo hello \"$1\"", "sh", "it's $(x)"]).submit()
+        ok = command(["sh", "-c", 'echo hello "$1"', "sh", "it's $(x)"]).submit()
         bad = command(["sh", "-c", "echo oops >&2; exit 3"]).submit()
         long = command(["sleep", "120"]).submit()
         deadline = time.monotonic() + 30
@@ -96,13 +102,19 @@ def test_rejection_fails_with_sbatch_message(cluster: dict[str, str], tmp_path: 
     assert "qos" in (job.reason or "").lower()
 
 
-def test_fatal_pending_reason_unrunnable(cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fatal_pending_reason_unrunnable(
+    cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(sx, "FATAL_CONFIRM", 3.0)
     failed = subprocess.run(["sbatch", "--parsable", "-p", "debug", "-o", "/dev/null", "--wrap", "exit 1"],
                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     deadline = time.time() + 30
     while time.time() < deadline:
-        st = subprocess.run(["squeue", "-h", "--states=all", "-j", failed, "-o", "%T"], capture_output=True, text=True).stdout
+        st = subprocess.run(
+            ["squeue", "-h", "--states=all", "-j", failed, "-o", "%T"],
+            capture_output=True,
+            text=True,
+        ).stdout
         if "FAILED" in st:
             break
         time.sleep(0.3)
@@ -116,8 +128,9 @@ def test_fatal_pending_reason_unrunnable(cluster: dict[str, str], tmp_path: Path
     assert "CANCELLED" in st
 
 
-def test_dependency_failing_later_is_unrunnable(cluster: dict[str, str], tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dependency_failing_later_is_unrunnable(
+    cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The job it depends on fails after the submission: slurmdbd keeps the reason it was
     recorded with (Dependency), slurmctld says DependencyNeverSatisfied: the job ends UNRUNNABLE."""
     monkeypatch.setattr(sx, "FATAL_CONFIRM", 3.0)
@@ -154,13 +167,21 @@ def test_pending_jobs_one_query_per_cycle(cluster: dict[str, str], tmp_path: Pat
 def test_submit_limit_waits_then_submits(cluster: dict[str, str], tmp_path: Path) -> None:
     """A QoS allowing 2 submitted jobs per user: the others wait (WAITING), then go in."""
     qos = "lnch_submit2"
-    subprocess.run(["sacctmgr", "-i", "add", "qos", qos, "MaxSubmitJobsPerUser=2"], capture_output=True)
-    subprocess.run(["sacctmgr", "-i", "modify", "user", "root", "set", f"qos+={qos}"], capture_output=True)
+    subprocess.run(
+        ["sacctmgr", "-i", "add", "qos", qos, "MaxSubmitJobsPerUser=2"], capture_output=True
+    )
+    subprocess.run(
+        ["sacctmgr", "-i", "modify", "user", "root", "set", f"qos+={qos}"], capture_output=True
+    )
     L = make_launcher().config(qos=qos)
     with experiment(tmp_path, L):
         jobs = [command(["sh", "-c", f"sleep 1; echo {i}"]).submit() for i in range(4)]
     assert [j.state for j in jobs] == [JobState.COMPLETED] * 4
-    held = [j for j in jobs if any(h[1] == "WAITING" and h[2] == "submit limit" for h in j.record.history)]
+    held = [
+        j
+        for j in jobs
+        if any(h[1] == "WAITING" and h[2] == "submit limit" for h in j.record.history)
+    ]
     assert held, "no job was held by the submit limit"
     assert len({j.native_id for j in jobs}) == 4
     # an array larger than the allowance is sized to it (read with sacctmgr/squeue: no sbatch
@@ -175,7 +196,9 @@ def test_submit_limit_waits_then_submits(cluster: dict[str, str], tmp_path: Path
             reasons.update(j.reason or "" for j in elements if j.state is JobState.WAITING)
             time.sleep(0.05)
     assert [j.state for j in elements] == [JobState.COMPLETED] * 5
-    assert f"waiting: submit limit reached (MaxSubmitJobsPerUser=2 of QoS {qos}, 2 queued)" in reasons
+    assert (
+        f"waiting: submit limit reached (MaxSubmitJobsPerUser=2 of QoS {qos}, 2 queued)" in reasons
+    )
     assert len({j.native_id for j in elements}) == 5
     masters = {(j.native_id or "").split("_")[0] for j in elements}
     assert len(masters) == 3  # 2 + 2 + 1
@@ -198,7 +221,9 @@ def fabricate(workdir: Path, argv: list[str], native_id: str, *, rc: dict[str, A
     return d
 
 
-def test_purged_jobs_decided_by_job_rc(cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_purged_jobs_decided_by_job_rc(
+    cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(sx, "LOST_AFTER", 0.0)
     fabricate(tmp_path, ["purged-ok"], "9999001", rc={"rc": 0, "signal": None})
     fabricate(tmp_path, ["purged-bad"], "9999002", rc={"rc": 2, "signal": None})
@@ -226,7 +251,9 @@ def test_array(cluster: dict[str, str], tmp_path: Path) -> None:
     for i, j in enumerate(jobs):
         assert f"element {i}" in j.stdout_path.read_text()
     arrays = list((tmp_path / "arrays").iterdir())
-    assert len(arrays) == 1 and (arrays[0] / "index").read_text().splitlines() == [str(j.directory) for j in jobs]
+    assert len(arrays) == 1 and (arrays[0] / "index").read_text().splitlines() == [
+        str(j.directory) for j in jobs
+    ]
 
 
 def test_array_block_keeps_each_launchers_options(cluster: dict[str, str], tmp_path: Path) -> None:
@@ -323,14 +350,20 @@ def test_timeout_and_resumable_requeue(cluster: dict[str, str], tmp_path: Path) 
         deadline = time.monotonic() + 240
         while not resumable.state.is_final and time.monotonic() < deadline:
             if resumable.attempt >= 2 and resumable.state is JobState.PENDING:
-                subprocess.run(["scontrol", "update", f"JobId={resumable.native_id}", "StartTime=now"],
-                               capture_output=True)
+                subprocess.run(
+                    ["scontrol", "update", f"JobId={resumable.native_id}", "StartTime=now"],
+                    capture_output=True,
+                )
             time.sleep(0.5)
     assert timeout.state is JobState.TIMEOUT
     assert resumable.state is JobState.COMPLETED, resumable.reason
     assert resumable.attempt == 2
     out = resumable.stdout_path.read_text()
-    assert "==== launchers: attempt 1, " in out and "==== launchers: attempt 2, " in out and "saving" in out
+    assert (
+        "==== launchers: attempt 1, " in out
+        and "==== launchers: attempt 2, " in out
+        and "saving" in out
+    )
 
 
 @pytest.mark.ssh
@@ -373,8 +406,9 @@ def test_over_ssh_one_remote_command_per_cycle(cluster: dict[str, str], tmp_path
     assert set(ex.commands) <= {"sbatch", "remote-cycle"}  # every poll cycle is one remote command
 
 
-def test_cancel_while_staging_submits_nothing(cluster: dict[str, str], tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cancel_while_staging_submits_nothing(
+    cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A cancel that arrives while ``job.sh`` is still being written (slow over SSH) stops the
     submission before sbatch: no Slurm job runs that nothing follows (§4, §7)."""
     real = sx.blocking
@@ -394,16 +428,25 @@ def test_cancel_while_staging_submits_nothing(cluster: dict[str, str], tmp_path:
     rec = json.loads((job.directory / "state.json").read_text())
     assert rec["state"] == "CANCELLED" and "SUBMITTING" not in [h[1] for h in rec["history"]]
     assert not [n for n in sacct_names(rec["job_name"] or "stagecancel-x")]
-    assert not [line for line in subprocess.run(["squeue", "--noheader", "--format=%j"], capture_output=True,
-                                                text=True, check=True).stdout.split() if line.startswith("stagecancel-")]
+    assert not [
+        line
+        for line in subprocess.run(
+            ["squeue", "--noheader", "--format=%j"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        if line.startswith("stagecancel-")
+    ]
 
 
-def test_each_group_keeps_its_own_settings_on_a_shared_executor(cluster: dict[str, str], tmp_path: Path) -> None:
+def test_each_group_keeps_its_own_settings_on_a_shared_executor(
+    cluster: dict[str, str], tmp_path: Path
+) -> None:
     """Two groups on one connector share an executor; each job still gets its own group's
     ``env:`` (§3) and ``fatal_pending`` / ``lost_after`` (§6, §5)."""
     a = make_launcher(env={"FROM_A": "a"})
-    b = SlurmLauncher(group=SlurmGroup(id="sb2", env={"FROM_B": "b"}, fatal_pending="report"),
-                      options={"partition": "debug", "time": "00:05:00"})
+    b = SlurmLauncher(
+        group=SlurmGroup(id="sb2", env={"FROM_B": "b"}, fatal_pending="report"),
+        options={"partition": "debug", "time": "00:05:00"},
+    )
     assert a.executor() is b.executor()
     script = 'echo "A=${FROM_A:-unset} B=${FROM_B:-unset}"'
     with experiment(tmp_path, a):
@@ -419,7 +462,9 @@ def test_tracking_settings_give_groups_their_own_executor(cluster: dict[str, str
     """``status_source`` and ``poll_max`` shape an executor's single tracker: a group that sets
     them differently gets its own executor; groups that agree share one."""
     a = make_launcher()
-    b = SlurmLauncher(group=SlurmGroup(id="sq", status_source="squeue"), options={"partition": "debug"})
+    b = SlurmLauncher(
+        group=SlurmGroup(id="sq", status_source="squeue"), options={"partition": "debug"}
+    )
     c = SlurmLauncher(group=SlurmGroup(id="pm", poll_max=10), options={"partition": "debug"})
     d = SlurmLauncher(group=SlurmGroup(id="other"), options={"partition": "debug"})
     assert a.executor() is d.executor()

@@ -47,7 +47,9 @@ def noacct_cluster() -> Iterator[dict[str, str]]:
         if IN_CI:
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
-    info = dict(ln[len("export ") :].split("=", 1) for ln in out.splitlines() if ln.startswith("export "))
+    info = dict(
+        ln[len("export ") :].split("=", 1) for ln in out.splitlines() if ln.startswith("export ")
+    )
     try:
         yield info
     finally:
@@ -56,12 +58,16 @@ def noacct_cluster() -> Iterator[dict[str, str]]:
 
 
 def _reset() -> None:
-    for key in [k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"]:
+    for key in [
+        k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"
+    ]:
         del jobs_executor._executors[key]
 
 
 @pytest.fixture
-def noacct(noacct_cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+def noacct(
+    noacct_cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, str]]:
     monkeypatch.setenv("SLURM_CONF", noacct_cluster["SLURM_CONF"])
     _reset()
     yield noacct_cluster
@@ -69,7 +75,9 @@ def noacct(noacct_cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> I
 
 
 def make_launcher() -> SlurmLauncher:
-    return SlurmLauncher(group=SlurmGroup(id="na"), options={"partition": "debug", "time": "00:05:00"})
+    return SlurmLauncher(
+        group=SlurmGroup(id="na"), options={"partition": "debug", "time": "00:05:00"}
+    )
 
 
 def test_squeue_and_job_rc_without_accounting(noacct: dict[str, str], tmp_path: Path) -> None:

@@ -50,7 +50,11 @@ def header(text: str) -> list[str]:
 
 def test_header_order_and_defaults(tmp_path: Path) -> None:
     text = render_script(
-        spec(tmp_path, directives=("--partition=debug", "--time=01:00:00"), sbatch_options=(("mail-type", "END"),))
+        spec(
+            tmp_path,
+            directives=("--partition=debug", "--time=01:00:00"),
+            sbatch_options=(("mail-type", "END"),),
+        )
     )
     lines = text.splitlines()
     assert lines[0] == "#!/bin/bash"
@@ -85,7 +89,9 @@ def test_resumable_header(tmp_path: Path) -> None:
     text = render_script(spec(tmp_path, resumable=True, directives=("--time=00:10:00",)))
     assert "#SBATCH --requeue" in text and "--no-requeue" not in text
     assert "#SBATCH --signal=B:USR1@120" in text
-    short = render_script(spec(tmp_path, resumable=True, directives=("--time=00:04:00",), resume_signal="SIGUSR2"))
+    short = render_script(
+        spec(tmp_path, resumable=True, directives=("--time=00:04:00",), resume_signal="SIGUSR2")
+    )
     assert "#SBATCH --signal=B:USR2@60" in short  # at most a quarter of the limit
     # no extra attempt to give (max_requeues 0, as a batch pilot): warned, never requeued
     pilot = render_script(spec(tmp_path, resumable=True, max_requeues=0, directives=("--time=01:00:00",),
@@ -154,16 +160,24 @@ def test_sh_quote() -> None:
 def test_submission_environment_stripped() -> None:
     env = {"SBATCH_PARTITION": "x", "SALLOC_ACCOUNT": "y", "SRUN_CPUS_PER_TASK": "2", "SLURM_JOB_ID": "5",
            "SLURM_CONF": "/etc/slurm.conf", "PATH": "/bin", "MY_SLURM_X": "1"}  # fmt: skip
-    assert submission_environ(env) == {"SLURM_CONF": "/etc/slurm.conf", "PATH": "/bin", "MY_SLURM_X": "1"}
+    assert submission_environ(env) == {
+        "SLURM_CONF": "/etc/slurm.conf",
+        "PATH": "/bin",
+        "MY_SLURM_X": "1",
+    }
 
 
-def run_bash(script: str, directory: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_bash(
+    script: str, directory: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     path = directory / "job.sh"
     path.write_text(script)
     full = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     full.update(env or {})
     with open(directory / "job.out", "a") as out, open(directory / "job.err", "a") as err:
-        return subprocess.run(["bash", str(path)], stdout=out, stderr=err, env=full, timeout=30, text=True)
+        return subprocess.run(
+            ["bash", str(path)], stdout=out, stderr=err, env=full, timeout=30, text=True
+        )
 
 
 def test_run_with_bash_writes_banner_and_rc(tmp_path: Path) -> None:
@@ -192,7 +206,9 @@ def test_term_is_recorded_and_task_code_kept(tmp_path: Path) -> None:
     s = spec(tmp_path, argv=(sys.executable, "-c", code), slurm=False)
     (tmp_path / "job.sh").write_text(render_script(s))
     with open(tmp_path / "job.out", "a") as out:
-        proc = subprocess.Popen(["setsid", "bash", str(tmp_path / "job.sh")], stdout=out, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            ["setsid", "bash", str(tmp_path / "job.sh")], stdout=out, stderr=subprocess.DEVNULL
+        )
     deadline = time.time() + 10
     while "up" not in (tmp_path / "job.out").read_text() and time.time() < deadline:
         time.sleep(0.05)
@@ -215,20 +231,47 @@ def test_cleanup_files_removed(tmp_path: Path) -> None:
     assert not holder.exists()
 
 
-nasty = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
-path_part = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\n\r/\\"), min_size=1, max_size=10)
-SEEDS = ["'", '"', "$(touch PWNED)", "`touch PWNED`", "a b", "%j%%", "\n", "\\", "#", "${HOME}", "*", ";rm -rf x"]
+nasty = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12
+)
+path_part = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\n\r/\\"),
+    min_size=1,
+    max_size=10,
+)
+SEEDS = [
+    "'",
+    '"',
+    "$(touch PWNED)",
+    "`touch PWNED`",
+    "a b",
+    "%j%%",
+    "\n",
+    "\\",
+    "#",
+    "${HOME}",
+    "*",
+    ";rm -rf x",
+]
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     argv=st.lists(st.one_of(nasty, st.sampled_from(SEEDS)), max_size=5),
     env=st.lists(st.one_of(nasty, st.sampled_from(SEEDS)), max_size=3),
-    dirname=st.one_of(path_part, st.sampled_from(["a b", "it's", 'q"', "$(touch PWNED)", "%j", "`x`"])),
+    dirname=st.one_of(
+        path_part, st.sampled_from(["a b", "it's", 'q"', "$(touch PWNED)", "%j", "`x`"])
+    ),
     cwdname=path_part,
 )
 def test_values_reach_the_job_exactly(
-    tmp_path_factory: pytest.TempPathFactory, argv: list[str], env: list[str], dirname: str, cwdname: str
+    tmp_path_factory: pytest.TempPathFactory,
+    argv: list[str],
+    env: list[str],
+    dirname: str,
+    cwdname: str,
 ) -> None:
     root = tmp_path_factory.mktemp("q")
     if dirname in (".", "..") or cwdname in (".", ".."):
@@ -263,7 +306,9 @@ def test_array_script(tmp_path: Path) -> None:
 
 
 @pytest.mark.slurm
-def test_nasty_values_through_real_sbatch(slurm_cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_nasty_values_through_real_sbatch(
+    slurm_cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
     root = Path(slurm_cluster.get("CLUSTER_JOBS_DIR") or tmp_path_factory.mktemp("sb"))
     directory = root / f"launchers-test-{os.getpid()}" / "d ir %j 'q' \"dq\" $(touch PWNED) #h"
     directory.mkdir(parents=True)
@@ -308,13 +353,23 @@ def test_requeue_counts_every_extra_attempt(tmp_path: Path, attempt: int, requeu
     log = tmp_path / "scontrol.log"
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
     (bin_dir / "scontrol").chmod(0o755)
-    spec = Spec(job_dir=str(job), task_id="t-1", job_name=f"t-1-a{attempt}", argv=("sleep", "30"),
-                attempt=attempt, resumable=True, max_requeues=3, resume_grace=10)
+    spec = Spec(
+        job_dir=str(job),
+        task_id="t-1",
+        job_name=f"t-1-a{attempt}",
+        argv=("sleep", "30"),
+        attempt=attempt,
+        resumable=True,
+        max_requeues=3,
+        resume_grace=10,
+    )
     (job / "job.sh").write_text(render_script(spec))
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "777"}
     env.pop("SLURM_RESTART_COUNT", None)
     with open(job / "job.out", "w") as out, open(job / "job.err", "w") as err:
-        proc = subprocess.Popen(["bash", str(job / "job.sh")], env=env, stdout=out, stderr=err, cwd=job)
+        proc = subprocess.Popen(
+            ["bash", str(job / "job.sh")], env=env, stdout=out, stderr=err, cwd=job
+        )
     deadline = time.monotonic() + 10
     while "==== launchers: attempt" not in (job / "job.out").read_text():
         assert time.monotonic() < deadline
@@ -343,7 +398,9 @@ def test_bad_script_values_raise_at_submit_before_any_record(
     from launchers import SlurmLauncher, command, experiment
     from launchers.config.model import SlurmGroup
 
-    launcher = SlurmLauncher(group=SlurmGroup(id="v"), options={"partition": "debug"}).config(**change)
+    launcher = SlurmLauncher(group=SlurmGroup(id="v"), options={"partition": "debug"}).config(
+        **change
+    )
     with experiment(tmp_path / "xp", launcher, progress=False), pytest.raises(ScriptError) as e:
         command(["true"]).submit()
     assert message in str(e.value)
@@ -360,5 +417,10 @@ def test_clean_env_wrapper_drops_what_sbatch_reads_as_options() -> None:
     out = subprocess.run(["sh", "-c", _CLEAN_ENV, "sh", "env"], env=env, capture_output=True, text=True,
                          check=True).stdout  # fmt: skip
     names = {line.split("=", 1)[0] for line in out.splitlines() if "=" in line}
-    assert {"SBATCH_TIMELIMIT", "SALLOC_PARTITION", "SRUN_CPUS_PER_TASK", "SLURM_JOB_ID"}.isdisjoint(names)
+    assert {
+        "SBATCH_TIMELIMIT",
+        "SALLOC_PARTITION",
+        "SRUN_CPUS_PER_TASK",
+        "SLURM_JOB_ID",
+    }.isdisjoint(names)
     assert "SLURM_CONF" in names and "KEEP" in names and "a\nSBATCH_FAKE=1" in out

@@ -123,7 +123,9 @@ def test_sbatch_id_last_matching_line() -> None:
     assert P.parse_sbatch_id("noise\n77;cluster2\n") == ("77", "cluster2")
     assert P.parse_sbatch_id("5\n6\n") == ("6", None)
     with pytest.raises(SubmissionError, match="Batch job submission failed: Invalid qos"):
-        P.parse_sbatch_id("", "sbatch: error: Batch job submission failed: Invalid qos specification")
+        P.parse_sbatch_id(
+            "", "sbatch: error: Batch job submission failed: Invalid qos specification"
+        )
 
 
 def test_sacct_rows_split_from_the_left() -> None:
@@ -144,7 +146,9 @@ def test_sacct_rows_split_from_the_left() -> None:
 
 
 def test_squeue_rows() -> None:
-    rows, bad = P.parse_squeue("5|5|RUNNING|None\n7|6_1|PENDING|Priority\n8|8_[2-3]|PENDING|x|y\nCLUSTER: a\n")
+    rows, bad = P.parse_squeue(
+        "5|5|RUNNING|None\n7|6_1|PENDING|Priority\n8|8_[2-3]|PENDING|x|y\nCLUSTER: a\n"
+    )
     assert [r.job_id for r in rows] == ["5", "6_1", "8_2", "8_3"]
     assert rows[0].reason is None and rows[2].reason == "x|y"
     assert bad == ["CLUSTER: a"]
@@ -182,13 +186,17 @@ def test_classify_sbatch_errors(text: str, kind: str) -> None:
 def test_accounting_disabled_and_scancel_complaints() -> None:
     assert P.sacct_accounting_disabled(1, "sacct: error: Slurm accounting storage is disabled")
     assert not P.sacct_accounting_disabled(1, "sacct: error: Problem talking to the database")
-    assert P.scancel_harmless("scancel: error: Kill job error on job id 5: Job/step already completing or completed\n")
+    assert P.scancel_harmless(
+        "scancel: error: Kill job error on job id 5: Job/step already completing or completed\n"
+    )
     assert P.scancel_harmless("scancel: error: Invalid job id specified\n")
     assert not P.scancel_harmless("scancel: error: Unable to contact slurm controller")
 
 
 def test_config_value() -> None:
-    assert P.parse_config_value("Foo = 1\nMaxArraySize            = 1001\n", "MaxArraySize") == "1001"
+    assert (
+        P.parse_config_value("Foo = 1\nMaxArraySize            = 1001\n", "MaxArraySize") == "1001"
+    )
 
 
 # --- sbatch options ----------------------------------------------------------------------------
@@ -219,11 +227,28 @@ def test_unrunnable_reason_names_the_known_limit() -> None:
     from launchers.slurm.executor import limit_detail
     from launchers.slurm.options import SlurmOptions
 
-    group = SlurmGroup(id="x", partitions=(Partition(name="debug", configuration=ResourceConfig(max_duration=3600)),),
-                       qos={"q": QoS(name="q", max_duration=7200)})
+    group = SlurmGroup(
+        id="x",
+        partitions=(Partition(name="debug", configuration=ResourceConfig(max_duration=3600)),),
+        qos={"q": QoS(name="q", max_duration=7200)},
+    )
     long = SlurmOptions(partition="debug", time="2-00:00:00", qos="q")
-    assert limit_detail(group, long, "PartitionTimeLimit") == "--time=2-00:00:00 exceeds partition debug's MaxTime 1:00:00"
-    assert limit_detail(group, long, "QOSMaxWallDurationPerJobLimit") == "--time=2-00:00:00 exceeds QoS q's MaxWall 2:00:00"
-    assert limit_detail(group, SlurmOptions(partition="debug", time="00:30:00"), "PartitionTimeLimit") is None
-    assert limit_detail(group, SlurmOptions(partition="other", time="2-00:00:00"), "PartitionTimeLimit") is None
+    assert (
+        limit_detail(group, long, "PartitionTimeLimit")
+        == "--time=2-00:00:00 exceeds partition debug's MaxTime 1:00:00"
+    )
+    assert (
+        limit_detail(group, long, "QOSMaxWallDurationPerJobLimit")
+        == "--time=2-00:00:00 exceeds QoS q's MaxWall 2:00:00"
+    )
+    assert (
+        limit_detail(group, SlurmOptions(partition="debug", time="00:30:00"), "PartitionTimeLimit")
+        is None
+    )
+    assert (
+        limit_detail(
+            group, SlurmOptions(partition="other", time="2-00:00:00"), "PartitionTimeLimit"
+        )
+        is None
+    )
     assert limit_detail(None, long, "PartitionTimeLimit") is None

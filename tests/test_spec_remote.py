@@ -76,7 +76,12 @@ def fc(resources: str = "{Queue: normal}", environment: str | None = None) -> st
 # "YAML (.yaml, .yml) or JSON (.json), chosen by the suffix (another suffix is an error naming these)."
 def test_suffix_chooses_the_format(tmp_path: Path) -> None:
     assert load(tmp_path, uc(), "b.yml").resources.queue == "batch"
-    assert load(tmp_path, json.dumps({"UnicoreApiUrl": URL, "Resources": {"Queue": "q"}}), "b.json").resources.queue == "q"
+    assert (
+        load(
+            tmp_path, json.dumps({"UnicoreApiUrl": URL, "Resources": {"Queue": "q"}}), "b.json"
+        ).resources.queue
+        == "q"
+    )
     (line,) = problems(tmp_path, uc(), "b.txt")
     assert ".yaml" in line and ".yml" in line and ".json" in line
 
@@ -90,9 +95,13 @@ def test_keys_are_case_sensitive_with_did_you_mean(tmp_path: Path) -> None:
 # "Firecrest (ApiUrl, TokenUrl: URLs; Machine: string; all required)"
 def test_firecrest_keys_all_required(tmp_path: Path) -> None:
     lines = problems(tmp_path, "Firecrest: {ApiUrl: 'https://a'}\nResources: {Queue: q}\n")
-    assert any("Firecrest.TokenUrl" in x for x in lines) and any("Firecrest.Machine" in x for x in lines)
+    assert any("Firecrest.TokenUrl" in x for x in lines) and any(
+        "Firecrest.Machine" in x for x in lines
+    )
     cfg = load(tmp_path, fc())
-    assert cfg.site == FirecrestSite(api_url="https://fc.example", token_url="https://auth.example/token", machine="daint")
+    assert cfg.site == FirecrestSite(
+        api_url="https://fc.example", token_url="https://auth.example/token", machine="daint"
+    )
 
 
 # "Resources (required, §1.2)"
@@ -117,13 +126,17 @@ def test_exactly_one_site(tmp_path: Path) -> None:
 
 # "At most one of Apptainer and Python."
 def test_apptainer_and_python_exclusive(tmp_path: Path) -> None:
-    (line,) = problems(tmp_path, uc(environment="{Apptainer: {Path: /x.sif, Type: remote}, Python: /venv}"))
+    (line,) = problems(
+        tmp_path, uc(environment="{Apptainer: {Path: /x.sif, Type: remote}, Python: /venv}")
+    )
     assert "Environment.Python" in line
 
 
 # "Type (local default or remote, any case)" + "A remote path must be absolute."
 def test_apptainer_type_any_case_and_remote_absolute(tmp_path: Path) -> None:
-    env = load(tmp_path, uc(environment="{Apptainer: {Path: /img/x.sif, Type: REMOTE}}")).environment
+    env = load(
+        tmp_path, uc(environment="{Apptainer: {Path: /img/x.sif, Type: REMOTE}}")
+    ).environment
     assert env.apptainer is not None and env.apptainer.type == "remote"
     assert env.apptainer.image_name == "/img/x.sif"
     (line,) = problems(tmp_path, uc(environment="{Apptainer: {Path: img/x.sif, Type: Remote}}"))
@@ -133,8 +146,16 @@ def test_apptainer_type_any_case_and_remote_absolute(tmp_path: Path) -> None:
 # "Options: the string, or each item, is split into words by POSIX shell rules (an item
 #  -B /data:/data is two words, as with Mantik); each word is written like a Variables value."
 def test_apptainer_options_split_and_quoted(tmp_path: Path) -> None:
-    env = validate_environment({"Apptainer": {"Path": "/i.sif", "Type": "remote",
-                                              "Options": ["-B $HOME/data:/data", "--env 'A=b c'"]}}, None)
+    env = validate_environment(
+        {
+            "Apptainer": {
+                "Path": "/i.sif",
+                "Type": "remote",
+                "Options": ["-B $HOME/data:/data", "--env 'A=b c'"],
+            }
+        },
+        None,
+    )
     assert env.apptainer is not None
     assert env.apptainer.options == ("-B", "$HOME/data:/data", "--env", "A=b c")
     text = render_job_script(JobScriptSpec(env, "python t.py", "unicore"))
@@ -149,19 +170,25 @@ def test_local_image_rules(tmp_path: Path) -> None:
     (proj / "img").mkdir(parents=True)
     (proj / "img" / "x.sif").write_text("image")
     (tmp_path / "outside.sif").write_text("outside")
-    cfg = write(tmp_path, uc(environment="{Apptainer: {Path: img/x.sif}}", extra="Exclude: ['*.sif']\n"))
+    cfg = write(
+        tmp_path, uc(environment="{Apptainer: {Path: img/x.sif}}", extra="Exclude: ['*.sif']\n")
+    )
     (proj / "t.sh").write_text("true\n")
     plan = plan_run(proj, entry="t.sh", backend_config=cfg, environ={})
     assert plan.image is not None and plan.image.relpath == "x.sif" and "Exclude" in plan.image.note
     cfg2 = write(tmp_path, uc(environment="{Apptainer: {Path: ../outside.sif}}"), "b2.yaml")
-    assert plan_run(proj, entry="t.sh", backend_config=cfg2, environ={}).image.relpath == "outside.sif"  # type: ignore[union-attr]
+    assert (
+        plan_run(proj, entry="t.sh", backend_config=cfg2, environ={}).image.relpath == "outside.sif"
+    )  # type: ignore[union-attr]
     cfg3 = write(tmp_path, uc(environment="{Apptainer: {Path: missing.sif}}"), "b3.yaml")
     with pytest.raises(ConfigurationError) as info:
         plan_run(proj, entry="t.sh", backend_config=cfg3, environ={})
     message = str(info.value)
     assert message.startswith(f"{cfg3}:3:") and "Mantik refuses it too" in message
     assert ": Environment.Apptainer.Path: the local image 'missing.sif' does not exist" in message
-    (proj / "x.sif").write_text("a project file with the image's name")  # uploaded: it would collide
+    (proj / "x.sif").write_text(
+        "a project file with the image's name"
+    )  # uploaded: it would collide
     cfg4 = write(tmp_path, uc(environment="{Apptainer: {Path: img/x.sif}}"), "b4.yaml")
     with pytest.raises(ConfigurationError, match="file of that name"):
         plan_run(proj, entry="t.sh", backend_config=cfg4, environ={})
@@ -176,28 +203,37 @@ def test_python_relative_inside_project(tmp_path: Path) -> None:
     ok = write(tmp_path, uc(environment="{Python: {Path: venv}}"))
     plan = plan_run(proj, entry="t.sh", backend_config=ok, environ={})
     assert "source venv/bin/activate" in plan.script()
-    excluded = write(tmp_path, uc(environment="{Python: venv}", extra="Exclude: [venv/]\n"), "b2.yaml")
+    excluded = write(
+        tmp_path, uc(environment="{Python: venv}", extra="Exclude: [venv/]\n"), "b2.yaml"
+    )
     with pytest.raises(ConfigurationError, match="excluded"):
         plan_run(proj, entry="t.sh", backend_config=excluded, environ={})
     missing = write(tmp_path, uc(environment="{Python: nope}"), "b3.yaml")
     with pytest.raises(ConfigurationError, match="not a directory of the project"):
         plan_run(proj, entry="t.sh", backend_config=missing, environ={})
     absolute = write(tmp_path, uc(environment="{Python: /p/venv}"), "b4.yaml")
-    assert "source /p/venv/bin/activate" in plan_run(proj, entry="t.sh", backend_config=absolute, environ={}).script()
+    assert (
+        "source /p/venv/bin/activate"
+        in plan_run(proj, entry="t.sh", backend_config=absolute, environ={}).script()
+    )
 
 
 # "Modules: module load NAME, one line per module, on the compute node"
 def test_modules_one_line_each() -> None:
     env = validate_environment({"Modules": ["Stages/2024", "CUDA"]}, None)
     text = render_job_script(JobScriptSpec(env, "true", "unicore"))
-    loads = [shlex.split(line.split("||")[0]) for line in text.splitlines() if "module load" in line]
+    loads = [
+        shlex.split(line.split("||")[0]) for line in text.splitlines() if "module load" in line
+    ]
     assert loads == [["module", "load", "Stages/2024"], ["module", "load", "CUDA"]]
 
 
 # "Variables: names match [A-Za-z_][A-Za-z0-9_]*; values are strings or numbers (a boolean or null
 #  is an error asking for quotes: YAML reads yes, on as booleans)."
 def test_variables_types(tmp_path: Path) -> None:
-    lines = problems(tmp_path, uc(environment="{Variables: {A: yes, B: on, C: null, 9X: v, D: [1]}}"))
+    lines = problems(
+        tmp_path, uc(environment="{Variables: {A: yes, B: on, C: null, 9X: v, D: [1]}}")
+    )
     assert len(lines) == 5
     assert all("quotes" in x for x in lines[:3])
     assert "Environment.Variables.9X" in lines[3]
@@ -215,9 +251,14 @@ def test_variable_quoting_runs_as_specified(tmp_path: Path) -> None:
     run_dir.mkdir()
     text = render_job_script(JobScriptSpec(env, 'printf "%s|%s" "$V" "$H" > out.txt', "unicore"))
     (run_dir / "job.sh").write_text(text)
-    proc = subprocess.run(["bash", "job.sh"], cwd=run_dir, env={"PATH": os.environ["PATH"], "HOME": "/home/u",
-                                                                 "UC_WORKING_DIRECTORY": str(run_dir)},
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", "job.sh"],
+        cwd=run_dir,
+        env={"PATH": os.environ["PATH"], "HOME": "/home/u", "UC_WORKING_DIRECTORY": str(run_dir)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (run_dir / "out.txt").read_text() == f"{value}|/home/u/data"
 
@@ -228,19 +269,31 @@ def test_srun_cpus_per_task(tmp_path: Path) -> None:
     proj.mkdir()
     (proj / "t.sh").write_text("true\n")
     cfg = write(tmp_path, uc("{Queue: q, CPUsPerNode: 8}"))
-    assert 'export SRUN_CPUS_PER_TASK="8"' in plan_run(proj, entry="t.sh", backend_config=cfg, environ={}).script()
-    cfg2 = write(tmp_path, uc("{Queue: q, CPUsPerNode: 8}", "{Variables: {SRUN_CPUS_PER_TASK: 2}}"), "b2.yaml")
+    assert (
+        'export SRUN_CPUS_PER_TASK="8"'
+        in plan_run(proj, entry="t.sh", backend_config=cfg, environ={}).script()
+    )
+    cfg2 = write(
+        tmp_path,
+        uc("{Queue: q, CPUsPerNode: 8}", "{Variables: {SRUN_CPUS_PER_TASK: 2}}"),
+        "b2.yaml",
+    )
     script = plan_run(proj, entry="t.sh", backend_config=cfg2, environ={}).script()
     assert 'export SRUN_CPUS_PER_TASK="2"' in script and '"8"' not in script
     cfg3 = write(tmp_path, uc("{Queue: q}"), "b3.yaml")
-    assert "SRUN_CPUS_PER_TASK" not in plan_run(proj, entry="t.sh", backend_config=cfg3, environ={}).script()
+    assert (
+        "SRUN_CPUS_PER_TASK"
+        not in plan_run(proj, entry="t.sh", backend_config=cfg3, environ={}).script()
+    )
 
 
 # "Command items must be strings (Mantik turned 1 into "1"); an item may span lines and runs as one snippet."
 def test_command_items(tmp_path: Path) -> None:
     (line,) = problems(tmp_path, uc(environment="{PreRunCommandOnComputeNode: [echo a, 1]}"))
     assert "PreRunCommandOnComputeNode[1]" in line and '"1"' in line
-    env = validate_environment({"PreRunCommandOnComputeNode": ["for i in 1 2; do\n  echo $i\ndone"]}, None)
+    env = validate_environment(
+        {"PreRunCommandOnComputeNode": ["for i in 1 2; do\n  echo $i\ndone"]}, None
+    )
     assert len(env.pre_compute) == 1
 
 
@@ -248,22 +301,39 @@ def test_command_items(tmp_path: Path) -> None:
 def test_login_commands_refused_for_firecrest(tmp_path: Path) -> None:
     (line,) = problems(tmp_path, fc(environment="{PostRunCommandOnLoginNode: echo x}"))
     assert "Environment.PostRunCommandOnLoginNode" in line
-    group = FirecrestGroup(id="daint", site=FirecrestSite(api_url="https://a", token_url="https://t", machine="m"))
+    group = FirecrestGroup(
+        id="daint", site=FirecrestSite(api_url="https://a", token_url="https://t", machine="m")
+    )
     with pytest.raises(ConfigurationError):
-        load(tmp_path, "Resources: {Queue: q}\nEnvironment: {PreRunCommandOnLoginNode: echo x}\n", group=group)
+        load(
+            tmp_path,
+            "Resources: {Queue: q}\nEnvironment: {PreRunCommandOnLoginNode: echo x}\n",
+            group=group,
+        )
 
 
 # -- §1.2 Resources -----------------------------------------------------------------------------
 
-FULL_RES = ("{Queue: batch, Runtime: 90m, Nodes: 2, TotalCPUs: 16, GPUsPerNode: 4, MemoryPerNode: 16G, "
-            "Reservation: res, NodeConstraints: gpu, QoS: high}")
+FULL_RES = (
+    "{Queue: batch, Runtime: 90m, Nodes: 2, TotalCPUs: 16, GPUsPerNode: 4, MemoryPerNode: 16G, "
+    "Reservation: res, NodeConstraints: gpu, QoS: high}"
+)
 
 
 # the table's UNICORE column
 def test_unicore_resources_table(tmp_path: Path) -> None:
     res = load(tmp_path, uc(FULL_RES)).resources
-    assert res.unicore() == {"Queue": "batch", "Runtime": "5400", "Nodes": 2, "TotalCPUs": 16, "GPUsPerNode": 4,
-                             "MemoryPerNode": "16384M", "Reservation": "res", "NodeConstraints": "gpu", "QoS": "high"}
+    assert res.unicore() == {
+        "Queue": "batch",
+        "Runtime": "5400",
+        "Nodes": 2,
+        "TotalCPUs": 16,
+        "GPUsPerNode": 4,
+        "MemoryPerNode": "16384M",
+        "Reservation": "res",
+        "NodeConstraints": "gpu",
+        "QoS": "high",
+    }
     assert res.unicore("GPUS")["GPUS"] == 4 and "GPUsPerNode" not in res.unicore("GPUS")
 
 
@@ -271,9 +341,16 @@ def test_unicore_resources_table(tmp_path: Path) -> None:
 def test_firecrest_sbatch_table(tmp_path: Path) -> None:
     res = load(tmp_path, fc(FULL_RES.replace("TotalCPUs: 16", "CPUsPerNode: 8"))).resources
     assert res.sbatch_options() == [
-        ("partition", "batch"), ("time", "0-01:30:00"), ("nodes", "2"), ("ntasks-per-node", "1"),
-        ("cpus-per-task", "8"), ("gpus-per-node", "4"), ("mem", "16384M"), ("reservation", "res"),
-        ("constraint", "gpu"), ("qos", "high"),
+        ("partition", "batch"),
+        ("time", "0-01:30:00"),
+        ("nodes", "2"),
+        ("ntasks-per-node", "1"),
+        ("cpus-per-task", "8"),
+        ("gpus-per-node", "4"),
+        ("mem", "16384M"),
+        ("reservation", "res"),
+        ("constraint", "gpu"),
+        ("qos", "high"),
     ]
     assert ("gres", "gpu:4") in res.sbatch_options("gres")
     assert ("ntasks", "16") in Resources(total_cpus=16).sbatch_options()
@@ -281,22 +358,43 @@ def test_firecrest_sbatch_table(tmp_path: Path) -> None:
 
 # "Runtime: Mantik's <integer><unit> (s, m = minutes, h, d) or any finder.md duration; a bare number
 #  or several units (1h30m) is an error suggesting one (90m)."
-@pytest.mark.parametrize(("text", "seconds"), [("45s", 45), ("30m", 1800), ("2h", 7200), ("1d", 86400),
-                                               ("'4 days'", 345600), ("'90 minutes'", 5400)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("45s", 45),
+        ("30m", 1800),
+        ("2h", 7200),
+        ("1d", 86400),
+        ("'4 days'", 345600),
+        ("'90 minutes'", 5400),
+    ],
+)
 def test_runtime_forms(tmp_path: Path, text: str, seconds: int) -> None:
     assert load(tmp_path, uc(f"{{Queue: q, Runtime: {text}}}")).resources.runtime == seconds
 
 
-@pytest.mark.parametrize(("text", "expected"), [("45", "a duration needs a unit (45s, 45m…)"), ("'45'", "needs a unit"),
-                                                ("1h30m", "90m")])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("45", "a duration needs a unit (45s, 45m…)"), ("'45'", "needs a unit"), ("1h30m", "90m")],
+)
 def test_runtime_errors(tmp_path: Path, text: str, expected: str) -> None:
     (line,) = problems(tmp_path, uc(f"{{Queue: q, Runtime: {text}}}"))
     assert "Resources.Runtime" in line and expected in line
 
 
 # "Sizes use finder.md's units (K, M, G, T binary; KB, MB, GB decimal); no unit is an error; MiB are rounded up."
-@pytest.mark.parametrize(("text", "mib"), [("1K", "1M"), ("1536M", "1536M"), ("1.5G", "1536M"), ("1T", "1048576M"),
-                                           ("1GB", "954M"), ("1MB", "1M"), ("1000KB", "1M")])
+@pytest.mark.parametrize(
+    ("text", "mib"),
+    [
+        ("1K", "1M"),
+        ("1536M", "1536M"),
+        ("1.5G", "1536M"),
+        ("1T", "1048576M"),
+        ("1GB", "954M"),
+        ("1MB", "1M"),
+        ("1000KB", "1M"),
+    ],
+)
 def test_sizes(tmp_path: Path, text: str, mib: str) -> None:
     res = load(tmp_path, uc(f"{{Queue: q, MemoryPerNode: {text}}}")).resources
     assert res.unicore()["MemoryPerNode"] == mib
@@ -315,7 +413,9 @@ def test_integers_must_be_integers(tmp_path: Path, text: str) -> None:
     assert "Resources.Nodes" in line
 
 
-@pytest.mark.parametrize(("key", "low"), [("Nodes", 1), ("TotalCPUs", 1), ("CPUsPerNode", 1), ("GPUsPerNode", 0)])
+@pytest.mark.parametrize(
+    ("key", "low"), [("Nodes", 1), ("TotalCPUs", 1), ("CPUsPerNode", 1), ("GPUsPerNode", 0)]
+)
 def test_integer_minimum(tmp_path: Path, key: str, low: int) -> None:
     assert load(tmp_path, uc(f"{{Queue: q, {key}: {low}}}")).resources is not None
     (line,) = problems(tmp_path, uc(f"{{Queue: q, {key}: {low - 1}}}"))
@@ -359,22 +459,37 @@ def test_account_key_in_resources_is_unknown(tmp_path: Path) -> None:
 
 EXCLUDE = [
     # 1. A trailing / matches directories only; a matching directory excludes everything below it.
-    (["data/"], "data", True, True), (["data/"], "data", False, False), (["data/"], "data/x/y", False, True),
+    (["data/"], "data", True, True),
+    (["data/"], "data", False, False),
+    (["data/"], "data/x/y", False, True),
     # 2. A pattern with no other / matches a name at any depth (*.csv, data/, data).
-    (["*.csv"], "a/b/c.csv", False, True), (["data"], "src/data/f", False, True), (["data/"], "a/data/f", False, True),
+    (["*.csv"], "a/b/c.csv", False, True),
+    (["data"], "src/data/f", False, True),
+    (["data/"], "a/data/f", False, True),
     # 3. A leading or inner / anchors the pattern at the project root (/data.csv, src/*.csv).
-    (["/data.csv"], "data.csv", False, True), (["/data.csv"], "a/data.csv", False, False),
-    (["src/*.csv"], "src/a.csv", False, True), (["src/*.csv"], "a/src/a.csv", False, False),
+    (["/data.csv"], "data.csv", False, True),
+    (["/data.csv"], "a/data.csv", False, False),
+    (["src/*.csv"], "src/a.csv", False, True),
+    (["src/*.csv"], "a/src/a.csv", False, False),
     # 4. * matches any characters but / (dot-names included), ? one such character, [...] a class;
     #    ** as a whole component matches any number of directories (**/*.png, logs/**).
-    (["*"], ".env", False, True), (["src/*"], "src/a/b", False, True), (["src/*.py"], "src/a/b.py", False, False),
-    (["?.txt"], "a.txt", False, True), (["?.txt"], "ab.txt", False, False), (["[0-9].txt"], "7.txt", False, True),
-    (["**/*.png"], "a.png", False, True), (["**/*.png"], "x/y/a.png", False, True),
-    (["logs/**"], "logs/a/b.txt", False, True), (["a/**/b"], "a/b", False, True), (["a/**/b"], "a/x/y/b", False, True),
+    (["*"], ".env", False, True),
+    (["src/*"], "src/a/b", False, True),
+    (["src/*.py"], "src/a/b.py", False, False),
+    (["?.txt"], "a.txt", False, True),
+    (["?.txt"], "ab.txt", False, False),
+    (["[0-9].txt"], "7.txt", False, True),
+    (["**/*.png"], "a.png", False, True),
+    (["**/*.png"], "x/y/a.png", False, True),
+    (["logs/**"], "logs/a/b.txt", False, True),
+    (["a/**/b"], "a/b", False, True),
+    (["a/**/b"], "a/x/y/b", False, True),
     # 5. !pattern re-includes what an earlier pattern excluded, except below an excluded directory.
-    (["*.csv", "!keep.csv"], "keep.csv", False, False), (["data/", "!data/keep.csv"], "data/keep.csv", False, True),
+    (["*.csv", "!keep.csv"], "keep.csv", False, False),
+    (["data/", "!data/keep.csv"], "data/keep.csv", False, True),
     # case-sensitive; # is not special
-    (["*.CSV"], "a.csv", False, False), (["#x"], "#x", False, True),
+    (["*.CSV"], "a.csv", False, False),
+    (["#x"], "#x", False, True),
 ]
 
 
@@ -410,14 +525,31 @@ def test_symlinks(tmp_path: Path) -> None:
 
 
 # "--dry-run lists the uploads and, for each excluded path, the pattern that matched."
-def test_dry_run_lists_uploads_and_exclusions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_lists_uploads_and_exclusions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     proj = tmp_path / "proj"
     (proj / "src").mkdir(parents=True)
     (proj / "src" / "a.csv").write_text("a")
     (proj / "src" / "m.py").write_text("print(1)")
-    (proj / "MLproject").write_text("name: x\nentry_points:\n  main:\n    command: python src/m.py\n")
+    (proj / "MLproject").write_text(
+        "name: x\nentry_points:\n  main:\n    command: python src/m.py\n"
+    )
     cfg = write(tmp_path, uc(extra="Exclude: ['src/*.csv']\n"))
-    assert main(["run", str(proj), "--backend-config", str(cfg), "--dry-run", "--workdir", str(tmp_path / "w")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(proj),
+                "--backend-config",
+                str(cfg),
+                "--dry-run",
+                "--workdir",
+                str(tmp_path / "w"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "src/m.py" in out and "src/a.csv  (pattern 'src/*.csv')" in out
     assert '"Executable": "./job.sh"' in out and "python src/m.py" in out
@@ -445,7 +577,10 @@ Resources:
 def test_error_line_format(tmp_path: Path) -> None:
     path = write(tmp_path, DOC_EXAMPLE)
     (line,) = problems(tmp_path, DOC_EXAMPLE)
-    assert line == f"{path}:9:18: Resources.MemoryPerNode: '16' has no unit; write a size such as 16G (binary, as in Slurm)"
+    assert (
+        line
+        == f"{path}:9:18: Resources.MemoryPerNode: '16' has no unit; write a size such as 16G (binary, as in Slurm)"
+    )
 
 
 def test_all_problems_in_file_order(tmp_path: Path) -> None:
@@ -459,7 +594,10 @@ def test_all_problems_in_file_order(tmp_path: Path) -> None:
 # "duplicate keys are errors in both formats"
 def test_duplicate_keys(tmp_path: Path) -> None:
     (line,) = problems(tmp_path, uc("{Queue: a, Queue: b}"))
-    assert line == f"{tmp_path / 'backend.yaml'}:2:23: Resources.Queue: duplicate key 'Queue' (first written at line 2)"
+    assert (
+        line
+        == f"{tmp_path / 'backend.yaml'}:2:23: Resources.Queue: duplicate key 'Queue' (first written at line 2)"
+    )
     text = '{"UnicoreApiUrl": "' + URL + '",\n "Resources": {"Queue": "a",\n  "Queue": "b"}}'
     (line,) = problems(tmp_path, text, "b.json")
     assert line.startswith(f"{tmp_path / 'b.json'}:3:3: Resources.Queue: duplicate key 'Queue'")
@@ -470,15 +608,32 @@ def test_duplicate_keys(tmp_path: Path) -> None:
 
 # "connector, path, query_slurm are errors: the site is reached only through its API."
 # "No secret in a file: password, client_secret or token keys are errors showing the _env form."
-@pytest.mark.parametrize(("text", "expected"), [
-    ("unicore:\n  - id: u\n    connector: x\n    site: {url: 'https://h/S/rest/core'}\n", "connector"),
-    ("unicore:\n  - id: u\n    query_slurm: true\n    site: {url: 'https://h/S/rest/core'}\n", "query_slurm"),
-    ("firecrest:\n  - id: f\n    path: /x\n    site: {api_url: 'https://a', token_url: 'https://t', machine: m}\n", "path"),
-    ("unicore:\n  - id: u\n    site: {url: 'https://h/S/rest/core', password: p}\n", "password_env"),
-    ("unicore:\n  - id: u\n    site: {url: 'https://h/S/rest/core', token: p}\n", "token_env"),
-    ("firecrest:\n  - id: f\n    site: {api_url: 'https://a', token_url: 'https://t', machine: m, client_secret: s}\n",
-     "client_secret_env"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "unicore:\n  - id: u\n    connector: x\n    site: {url: 'https://h/S/rest/core'}\n",
+            "connector",
+        ),
+        (
+            "unicore:\n  - id: u\n    query_slurm: true\n    site: {url: 'https://h/S/rest/core'}\n",
+            "query_slurm",
+        ),
+        (
+            "firecrest:\n  - id: f\n    path: /x\n    site: {api_url: 'https://a', token_url: 'https://t', machine: m}\n",
+            "path",
+        ),
+        (
+            "unicore:\n  - id: u\n    site: {url: 'https://h/S/rest/core', password: p}\n",
+            "password_env",
+        ),
+        ("unicore:\n  - id: u\n    site: {url: 'https://h/S/rest/core', token: p}\n", "token_env"),
+        (
+            "firecrest:\n  - id: f\n    site: {api_url: 'https://a', token_url: 'https://t', machine: m, client_secret: s}\n",
+            "client_secret_env",
+        ),
+    ],
+)
 def test_group_keys_refused(text: str, expected: str) -> None:
     with pytest.raises(ConfigurationError) as info:
         load_config_text(text, "launchers.yaml")
@@ -486,17 +641,28 @@ def test_group_keys_refused(text: str, expected: str) -> None:
 
 
 def test_group_site_defaults() -> None:
-    cfg = load_config_text("unicore:\n  - id: u\n    site: {url: 'https://h/S/rest/core'}\n"
-                           "firecrest:\n  - id: f\n    site: {api_url: 'https://a', token_url: 'https://t', machine: m}\n",
-                           "launchers.yaml")
+    cfg = load_config_text(
+        "unicore:\n  - id: u\n    site: {url: 'https://h/S/rest/core'}\n"
+        "firecrest:\n  - id: f\n    site: {api_url: 'https://a', token_url: 'https://t', machine: m}\n",
+        "launchers.yaml",
+    )
     u = next(g for g in cfg.groups if isinstance(g, UnicoreGroup)).site
     f = next(g for g in cfg.groups if isinstance(g, FirecrestGroup)).site
     assert u is not None and f is not None
     assert (u.auth, u.username_env, u.password_env, u.token_env) == (
-        "basic", "LAUNCHERS_UNICORE_USERNAME", "LAUNCHERS_UNICORE_PASSWORD", "LAUNCHERS_UNICORE_TOKEN")
-    assert u.verify_tls is True and u.gpu_resource_name == "GPUsPerNode" and u.batch_storage == "HOME"
+        "basic",
+        "LAUNCHERS_UNICORE_USERNAME",
+        "LAUNCHERS_UNICORE_PASSWORD",
+        "LAUNCHERS_UNICORE_TOKEN",
+    )
+    assert (
+        u.verify_tls is True and u.gpu_resource_name == "GPUsPerNode" and u.batch_storage == "HOME"
+    )
     assert (f.client_id_env, f.client_secret_env, f.api_version) == (
-        "LAUNCHERS_FIRECREST_CLIENT_ID", "LAUNCHERS_FIRECREST_CLIENT_SECRET", 2)
+        "LAUNCHERS_FIRECREST_CLIENT_ID",
+        "LAUNCHERS_FIRECREST_CLIENT_SECRET",
+        2,
+    )
 
 
 # -- §3.1 the job script ------------------------------------------------------------------------
@@ -506,26 +672,44 @@ def test_group_site_defaults() -> None:
 #  --error=RUN/job.err" and "#!/bin/bash -l"
 def test_firecrest_script_header(tmp_path: Path) -> None:
     env = validate_environment(None, None)
-    text = render_job_script(JobScriptSpec(env, "true", "firecrest", run_dir="/scratch/u/run 1", job_name="train-3f2a",
-                                           sbatch=(("partition", "normal"), ("account", "a"))))
+    text = render_job_script(
+        JobScriptSpec(
+            env,
+            "true",
+            "firecrest",
+            run_dir="/scratch/u/run 1",
+            job_name="train-3f2a",
+            sbatch=(("partition", "normal"), ("account", "a")),
+        )
+    )
     lines = text.splitlines()
     assert lines[0] == "#!/bin/bash -l"
-    assert lines[1:6] == ["#SBATCH --job-name=train-3f2a", '#SBATCH --output="/scratch/u/run 1/job.out"',
-                          '#SBATCH --error="/scratch/u/run 1/job.err"', "#SBATCH --partition=normal",
-                          "#SBATCH --account=a"]
+    assert lines[1:6] == [
+        "#SBATCH --job-name=train-3f2a",
+        '#SBATCH --output="/scratch/u/run 1/job.out"',
+        '#SBATCH --error="/scratch/u/run 1/job.err"',
+        "#SBATCH --partition=normal",
+        "#SBATCH --account=a",
+    ]
     assert "cd '/scratch/u/run 1'" in text
     unicore = render_job_script(JobScriptSpec(env, "true", "unicore"))
     assert "#SBATCH" not in unicore and 'cd "$UC_WORKING_DIRECTORY"' in unicore
 
 
-def run_script(tmp_path: Path, environment: dict[str, Any], command: str) -> tuple[int, str, dict[str, Any]]:
+def run_script(
+    tmp_path: Path, environment: dict[str, Any], command: str
+) -> tuple[int, str, dict[str, Any]]:
     env = validate_environment(environment, None)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "job.sh").write_text(render_job_script(JobScriptSpec(env, command, "unicore")))
-    proc = subprocess.run(["bash", str(run_dir / "job.sh")], env={"PATH": os.environ["PATH"],
-                                                                   "UC_WORKING_DIRECTORY": str(run_dir)},
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", str(run_dir / "job.sh")],
+        env={"PATH": os.environ["PATH"], "UC_WORKING_DIRECTORY": str(run_dir)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     rc = json.loads((run_dir / "job.rc").read_text())
     return proc.returncode, proc.stderr, rc
 
@@ -534,8 +718,11 @@ def run_script(tmp_path: Path, environment: dict[str, Any], command: str) -> tup
 # "(6) if it succeeded, PostRunCommandOnComputeNode items; (7) job.rc, written atomically, and exit
 #  with the first failing step's code (0 if none failed)."
 def test_script_success_writes_job_rc(tmp_path: Path) -> None:
-    code, err, rc = run_script(tmp_path, {"PostRunCommandOnComputeNode": 'echo "$MANTIK_WORKING_DIRECTORY" > post.txt'},
-                               'echo "$LAUNCHERS_WORKDIR $PWD" > cmd.txt')
+    code, err, rc = run_script(
+        tmp_path,
+        {"PostRunCommandOnComputeNode": 'echo "$MANTIK_WORKING_DIRECTORY" > post.txt'},
+        'echo "$LAUNCHERS_WORKDIR $PWD" > cmd.txt',
+    )
     assert code == 0 and rc["rc"] == 0, err
     run_dir = tmp_path / "run"
     assert (run_dir / "cmd.txt").read_text() == f"{run_dir} {run_dir}\n"
@@ -546,8 +733,14 @@ def test_script_success_writes_job_rc(tmp_path: Path) -> None:
 # "Each step of 4 to 6 must succeed before the next runs, and a failure is named in job.err
 #  (launchers: PreRunCommandOnComputeNode[1] failed with exit code 2)."
 def test_script_failure_named_and_chained(tmp_path: Path) -> None:
-    code, err, rc = run_script(tmp_path, {"PreRunCommandOnComputeNode": ["true", "exit 2", "touch pre2"],
-                                          "PostRunCommandOnComputeNode": "touch post"}, "touch command")
+    code, err, rc = run_script(
+        tmp_path,
+        {
+            "PreRunCommandOnComputeNode": ["true", "exit 2", "touch pre2"],
+            "PostRunCommandOnComputeNode": "touch post",
+        },
+        "touch command",
+    )
     assert code == 2 and rc["rc"] == 2
     assert "launchers: PreRunCommandOnComputeNode[1] failed with exit code 2" in err  # `exit 2` too
     assert not any((tmp_path / "run" / n).exists() for n in ("pre2", "command", "post"))
@@ -563,12 +756,22 @@ def test_script_command_failure_skips_post(tmp_path: Path) -> None:
 # "UNICORE login-node commands go to User precommand / User postcommand, chained so each runs only if
 #  the previous succeeded, with RunUserPrecommandOnLoginNode / RunUserPostcommandOnLoginNode set to "true"."
 def test_login_commands_in_description(tmp_path: Path) -> None:
-    env = validate_environment({"PreRunCommandOnLoginNode": ["echo a", "false", "touch never"],
-                                "PostRunCommandOnLoginNode": "echo done"}, None)
+    env = validate_environment(
+        {
+            "PreRunCommandOnLoginNode": ["echo a", "false", "touch never"],
+            "PostRunCommandOnLoginNode": "echo done",
+        },
+        None,
+    )
     desc = unicore_description(name="n", environment=env)
-    assert desc["RunUserPrecommandOnLoginNode"] == "true" and desc["RunUserPostcommandOnLoginNode"] == "true"
+    assert (
+        desc["RunUserPrecommandOnLoginNode"] == "true"
+        and desc["RunUserPostcommandOnLoginNode"] == "true"
+    )
     assert desc["User postcommand"] == "echo done"
-    proc = subprocess.run(["bash", "-c", desc["User precommand"]], cwd=tmp_path, capture_output=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", "-c", desc["User precommand"]], cwd=tmp_path, capture_output=True, timeout=30
+    )
     assert proc.returncode != 0 and not (tmp_path / "never").exists()
 
 
@@ -581,18 +784,34 @@ def test_unicore_description_keys() -> None:
     env = validate_environment({"Variables": {"A": "1"}}, None)
     desc = unicore_description(name="train 3f2a/" + "x" * 80, environment=env, task_id="train-3f2a")
     # resources travel in the BSS file of a raw job (remote-sites.md, "UNICORE: server behaviours")
-    assert desc == {"Name": ("train_3f2a_" + "x" * 80)[:64], "Executable": "./job.sh", "Arguments": [],
-                    "Stdout": "job.out", "Stderr": "job.err", "haveClientStageIn": "true",
-                    "Job type": "raw", "BSS file": "job.sbatch", "Tags": ["launchers", "train-3f2a"]}
+    assert desc == {
+        "Name": ("train_3f2a_" + "x" * 80)[:64],
+        "Executable": "./job.sh",
+        "Arguments": [],
+        "Stdout": "job.out",
+        "Stderr": "job.err",
+        "haveClientStageIn": "true",
+        "Job type": "raw",
+        "BSS file": "job.sbatch",
+        "Tags": ["launchers", "train-3f2a"],
+    }
     bare = unicore_description(name="n", environment=validate_environment(None, None))
     assert "Project" not in bare and "User precommand" not in bare and "Environment" not in bare
 
 
 # "READY, STAGINGIN, QUEUED → PENDING; RUNNING, STAGINGOUT → RUNNING; UNDEFINED or anything else → unchanged"
-@pytest.mark.parametrize(("status", "state"), [("READY", JobState.PENDING), ("STAGINGIN", JobState.PENDING),
-                                               ("QUEUED", JobState.PENDING), ("RUNNING", JobState.RUNNING),
-                                               ("STAGINGOUT", JobState.RUNNING), ("UNDEFINED", None),
-                                               ("STAGING_IN", None)])
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [
+        ("READY", JobState.PENDING),
+        ("STAGINGIN", JobState.PENDING),
+        ("QUEUED", JobState.PENDING),
+        ("RUNNING", JobState.RUNNING),
+        ("STAGINGOUT", JobState.RUNNING),
+        ("UNDEFINED", None),
+        ("STAGING_IN", None),
+    ],
+)
 def test_unicore_state_map(status: str, state: JobState | None) -> None:
     from launchers.remote.unicore_executor import UnicoreExecutor
 
@@ -632,7 +851,10 @@ def project(tmp_path: Path, text: str = MLPROJECT) -> Path:
 def test_mlproject_keys(tmp_path: Path) -> None:
     assert load_mlproject(project(tmp_path)).unused == ("conda_env",)
     (warning,) = load_mlproject(project(tmp_path / "b", "name: x\nentry_point: {}\n")).warnings
-    assert "entry_point: not a key MLflow reads; ignored" in warning and "did you mean 'entry_points'" in warning
+    assert (
+        "entry_point: not a key MLflow reads; ignored" in warning
+        and "did you mean 'entry_points'" in warning
+    )
 
 
 # "ENTRY defaults to main; an undeclared entry ending in .py or .sh runs as python FILE or bash FILE
@@ -664,7 +886,10 @@ def test_param_types(tmp_path: Path) -> None:
     ep = load_mlproject(project(tmp_path)).entry_point()
     uploaded = frozenset({"data", "data/in.txt", "train.py"})
     cmd = build_command(ep, {"data": "./data/in.txt", "name": "a b"}, uploaded)
-    assert cmd == "python train.py --lr 0.1 --data data/in.txt --name 'a b' --url s3://bucket/x --home ${HOME}"
+    assert (
+        cmd
+        == "python train.py --lr 0.1 --data data/in.txt --name 'a b' --url s3://bucket/x --home ${HOME}"
+    )
     assert "--data /p/x" in build_command(ep, {"data": "/p/x", "name": "n"}, uploaded)
     assert "--lr fast" in build_command(ep, {"data": "data", "name": "n", "lr": "fast"}, uploaded)
     for bad in ({"data": "missing.txt"}, {"url": "no-scheme"}, {"data": "../x"}):
@@ -676,19 +901,23 @@ def test_param_types(tmp_path: Path) -> None:
 #  absent from the command are appended as quoted --NAME VALUE (Mantik refused them)."
 def test_placeholders_and_extra_params(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="placeholder"):
-        load_mlproject(project(tmp_path, "entry_points:\n  main:\n    command: echo {nope}\n")).entry_point()
-    ep = load_mlproject(project(tmp_path / "b", "entry_points:\n  main:\n    command: echo hi\n")).entry_point()
+        load_mlproject(
+            project(tmp_path, "entry_points:\n  main:\n    command: echo {nope}\n")
+        ).entry_point()
+    ep = load_mlproject(
+        project(tmp_path / "b", "entry_points:\n  main:\n    command: echo hi\n")
+    ).entry_point()
     assert build_command(ep, {"x": "a b"}) == "echo hi --x 'a b'"
 
 
 # "a line starting with - after a newline is an error ("this line continues the previous one; join them
 #  or end it with `\`")"
 def test_continuation_line_error(tmp_path: Path) -> None:
-    text = 'entry_points:\n  main:\n    command: |\n      python t.py\n      --lr 1\n'
+    text = "entry_points:\n  main:\n    command: |\n      python t.py\n      --lr 1\n"
     with pytest.raises(ConfigurationError) as info:
         load_mlproject(project(tmp_path, text)).entry_point()
     assert "this line continues the previous one; join them or end it with `\\`" in str(info.value)
-    ok = 'entry_points:\n  main:\n    command: |\n      python t.py \\\n      --lr 1\n'
+    ok = "entry_points:\n  main:\n    command: |\n      python t.py \\\n      --lr 1\n"
     assert load_mlproject(project(tmp_path / "b", ok)).entry_point().name == "main"
 
 
@@ -697,7 +926,7 @@ def test_continuation_line_error(tmp_path: Path) -> None:
 def test_apptainer_command_forms() -> None:
     env = validate_environment({"Apptainer": {"Path": "/i.sif", "Type": "remote"}}, None)
     one = render_job_script(JobScriptSpec(env, "python t.py --x 1", "unicore"))
-    assert 'srun apptainer run /i.sif python t.py --x 1 ||' in one
+    assert "srun apptainer run /i.sif python t.py --x 1 ||" in one
     multi = render_job_script(JobScriptSpec(env, "echo a\necho b", "unicore"))
     assert "srun apptainer run /i.sif bash -c 'echo a\necho b'" in multi
 
@@ -705,8 +934,16 @@ def test_apptainer_command_forms() -> None:
 # "MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME, MLFLOW_EXPERIMENT_ID, MLFLOW_RUN_ID are passed when set;
 #  any other variable only with --pass-env NAME."
 def test_passed_environment() -> None:
-    environ = {"MLFLOW_TRACKING_URI": "http://t", "MLFLOW_RUN_ID": "r", "MLFLOW_TRACKING_TOKEN": "secret", "MINE": "m"}
-    assert passed_environment(environ, []) == [("MLFLOW_TRACKING_URI", "http://t"), ("MLFLOW_RUN_ID", "r")]
+    environ = {
+        "MLFLOW_TRACKING_URI": "http://t",
+        "MLFLOW_RUN_ID": "r",
+        "MLFLOW_TRACKING_TOKEN": "secret",
+        "MINE": "m",
+    }
+    assert passed_environment(environ, []) == [
+        ("MLFLOW_TRACKING_URI", "http://t"),
+        ("MLFLOW_RUN_ID", "r"),
+    ]
     assert ("MINE", "m") in passed_environment(environ, ["MINE"])
     with pytest.raises(LaunchersError):
         passed_environment(environ, ["UNSET_VARIABLE_X"])
@@ -726,14 +963,18 @@ def test_run_options_defaults() -> None:
 
 
 @pytest.mark.slurm
-def test_firecrest_run_failing_pre_command(firecrest_server: Any, tmp_path: Path,
-                                           capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_firecrest_run_failing_pre_command(
+    firecrest_server: Any, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     """§3.1 on a real firecREST round trip: the failing step is named in job.err, the run exits with
     its code, job.out and job.err stay separate (Mantik merged them)."""
     proj = project(tmp_path, "entry_points:\n  main:\n    command: echo never\n")
-    cfg = write(tmp_path, f"Firecrest: {{ApiUrl: '{firecrest_server.api_url}', TokenUrl: '{firecrest_server.token_url}', "
-                          "Machine: cluster}\nResources: {Queue: debug, Runtime: 5m}\n"
-                          "Environment: {PreRunCommandOnComputeNode: ['echo pre-out', 'echo pre-err >&2; exit 4']}\n")
+    cfg = write(
+        tmp_path,
+        f"Firecrest: {{ApiUrl: '{firecrest_server.api_url}', TokenUrl: '{firecrest_server.token_url}', "
+        "Machine: cluster}\nResources: {Queue: debug, Runtime: 5m}\n"
+        "Environment: {PreRunCommandOnComputeNode: ['echo pre-out', 'echo pre-err >&2; exit 4']}\n",
+    )
     rc = main(["run", str(proj), "--backend-config", str(cfg), "--workdir", str(tmp_path / "runs")])
     out, err = capfdbinary.readouterr()
     assert rc == 4, err.decode()
@@ -743,21 +984,36 @@ def test_firecrest_run_failing_pre_command(firecrest_server: Any, tmp_path: Path
 
 
 @pytest.mark.slurm
-def test_unicore_run_description_at_the_site(unicore_server: Any, tmp_path: Path,
-                                             capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_unicore_run_description_at_the_site(
+    unicore_server: Any, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     """§3.2: the description the site received, and the job's files in its working directory."""
-    proj = project(tmp_path, "entry_points:\n  main:\n    command: echo \"V=$V\"\n")
-    cfg = write(tmp_path, uc("{Queue: debug, Runtime: 5m, MemoryPerNode: 100M}", "{Variables: {V: 'a b'}}",
-                             "Exclude: [data/]\n").replace(URL, unicore_server.base_url))
+    proj = project(tmp_path, 'entry_points:\n  main:\n    command: echo "V=$V"\n')
+    cfg = write(
+        tmp_path,
+        uc(
+            "{Queue: debug, Runtime: 5m, MemoryPerNode: 100M}",
+            "{Variables: {V: 'a b'}}",
+            "Exclude: [data/]\n",
+        ).replace(URL, unicore_server.base_url),
+    )
     rc = main(["run", str(proj), "--backend-config", str(cfg), "--workdir", str(tmp_path / "runs")])
     out, err = capfdbinary.readouterr()
     assert rc == 0, err.decode()
     assert b"V=a b" in out
     (ujob,) = unicore_server.jobs.values()
     desc = ujob.desc
-    assert desc["Executable"] == "./job.sh" and desc["Stdout"] == "job.out" and desc["Stderr"] == "job.err"
+    assert (
+        desc["Executable"] == "./job.sh"
+        and desc["Stdout"] == "job.out"
+        and desc["Stderr"] == "job.err"
+    )
     assert desc["Job type"] == "raw" and "Resources" not in desc
     bss = (ujob.workdir / "job.sbatch").read_text()
-    assert "#SBATCH --partition=debug\n" in bss and "#SBATCH --time=0-00:05:00\n" in bss and "#SBATCH --mem=100M\n" in bss
+    assert (
+        "#SBATCH --partition=debug\n" in bss
+        and "#SBATCH --time=0-00:05:00\n" in bss
+        and "#SBATCH --mem=100M\n" in bss
+    )
     assert desc["Tags"][0] == "launchers" and "Environment" not in desc
     assert not (ujob.workdir / "data").exists() and (ujob.workdir / "train.py").exists()

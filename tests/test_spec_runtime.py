@@ -41,7 +41,9 @@ from launchers import (
 
 TESTS = Path(__file__).parent
 SRC = TESTS.parent / "src"
-BANNER = re.compile(r"^==== launchers: attempt (\d+), job (\S+), (\S+), (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*) ====$")
+BANNER = re.compile(
+    r"^==== launchers: attempt (\d+), job (\S+), (\S+), (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*) ====$"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -73,6 +75,7 @@ def rec(job: Any) -> dict[str, Any]:
 
 
 # ===================================================================== §1 tasks, jobs, experiments
+
 
 # "`argv` a non-empty list of strings"
 def test_argv_must_be_nonempty_list_of_strings() -> None:
@@ -148,7 +151,9 @@ def test_default_names() -> None:
 def test_digest_is_sha256_of_canonical_json() -> None:
     t = command(["echo", "x"], env={"B": "2", "A": "1"}, cwd=Path("/tmp"))
     text = '{"cwd":{"$path":"/tmp"},"env":{"A":"1","B":"2"},"kind":"command","params":{},"target":["echo","x"]}'
-    alt = '{"cwd":"/tmp","env":{"A":"1","B":"2"},"kind":"command","params":{},"target":["echo","x"]}'
+    alt = (
+        '{"cwd":"/tmp","env":{"A":"1","B":"2"},"kind":"command","params":{},"target":["echo","x"]}'
+    )
     digests = {hashlib.sha256(s.encode()).hexdigest()[:16] for s in (text, alt)}
     assert t.digest in digests
     assert re.fullmatch(r"[0-9a-f]{16}", t.digest)
@@ -297,11 +302,18 @@ def test_job_states() -> None:
     assert set(names) == {"WAITING", "SUBMITTING", "PENDING", "RUNNING", "SUSPENDED", "COMPLETED",
                           "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
                           "BOOT_FAIL", "DEADLINE", "UNRUNNABLE", "LOST"}  # fmt: skip
-    assert {s.name for s in JobState if not s.is_final} == {"WAITING", "SUBMITTING", "PENDING", "RUNNING", "SUSPENDED"}
+    assert {s.name for s in JobState if not s.is_final} == {
+        "WAITING",
+        "SUBMITTING",
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+    }
     assert [s for s in JobState if s.is_success] == [JobState.COMPLETED]
 
 
 # ========================================================================== §2 the job directory
+
 
 # "`<workdir>/jobs/<name>/<digest>/`" and the files of the table
 def test_job_directory_layout_and_files(tmp_path: Path) -> None:
@@ -338,7 +350,12 @@ def test_job_rc_fields(tmp_path: Path) -> None:
         job = command(["sh", "-c", "exit 5"]).submit()
     rc = json.loads((job.directory / "job.rc").read_text())
     assert set(rc) == {"rc", "signal", "attempt", "native_id", "host", "start", "end"}
-    assert rc["rc"] == 5 and rc["signal"] is None and rc["attempt"] == 1 and rc["native_id"] == job.native_id
+    assert (
+        rc["rc"] == 5
+        and rc["signal"] is None
+        and rc["attempt"] == 1
+        and rc["native_id"] == job.native_id
+    )
 
 
 # "`state.json`: `format` (1), `task_id`, `state`, `attempt`, `launcher` (kind, group id, connector,
@@ -394,7 +411,11 @@ def test_reattach_completed_not_rerun(tmp_path: Path) -> None:
 # "Another final state: move the outputs to `attempts/N/` and submit attempt N+1"
 def test_rerun_failed_moves_outputs(tmp_path: Path) -> None:
     flag = tmp_path / "flag"
-    argv = ["sh", "-c", f'test -e {flag} || {{ touch {flag}; echo first >&2; exit 1; }}; echo second']
+    argv = [
+        "sh",
+        "-c",
+        f"test -e {flag} || {{ touch {flag}; echo first >&2; exit 1; }}; echo second",
+    ]
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", DirectLauncher()):
         command(argv).submit()
     with experiment(tmp_path / "xp", DirectLauncher()):
@@ -409,7 +430,10 @@ def test_rerun_failed_moves_outputs(tmp_path: Path) -> None:
     assert len(rec(job)["attempts"]) == 1
     # "`job.sh` | submitter | the script (§3), rewritten for each attempt"
     script = (job.directory / "job.sh").read_text()
-    assert f"--job-name={job.task_id[:-4]}-a2\n" in script and script.rstrip().count(", attempt 2") >= 1
+    assert (
+        f"--job-name={job.task_id[:-4]}-a2\n" in script
+        and script.rstrip().count(", attempt 2") >= 1
+    )
     assert rec(job)["job_name"].endswith("-a2")
 
 
@@ -417,7 +441,10 @@ def test_rerun_failed_moves_outputs(tmp_path: Path) -> None:
 def test_rerun_failed_false(tmp_path: Path) -> None:
     with pytest.raises(ExperimentFailed), experiment(tmp_path, DirectLauncher()):
         command(["false"]).submit()
-    with pytest.raises(ExperimentFailed), experiment(tmp_path, DirectLauncher(), rerun_failed=False):
+    with (
+        pytest.raises(ExperimentFailed),
+        experiment(tmp_path, DirectLauncher(), rerun_failed=False),
+    ):
         job = command(["false"]).submit()
         assert job.state is JobState.FAILED
     assert job.attempt == 1 and not (job.directory / "attempts").exists()
@@ -488,9 +515,14 @@ def test_reused_pid_not_taken_for_the_job(tmp_path: Path) -> None:
         "    pass\n"
         "print(j.state.value, j.attempt, '|', j.reason)\n"
     )
-    res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "LOST 1 | ended without an exit record: SIGKILL, the OOM killer or a restart"
+    assert (
+        res.stdout.strip()
+        == "LOST 1 | ended without an exit record: SIGKILL, the OOM killer or a restart"
+    )
 
 
 # "two processes at once give one submission"
@@ -512,13 +544,16 @@ def test_two_processes_one_submission(tmp_path: Path) -> None:
 
 # ============================================================================ §3 script (direct)
 
+
 # "The launcher adds `LAUNCHERS_JOB_DIR`, `LAUNCHERS_TASK_ID`, `LAUNCHERS_ATTEMPT`."
 # "`env: {NAME: value}` becomes `export NAME='value'` lines"
 def test_launcher_variables_and_env(tmp_path: Path) -> None:
     argv = ["sh", "-c", 'echo "$LAUNCHERS_JOB_DIR|$LAUNCHERS_TASK_ID|$LAUNCHERS_ATTEMPT|$MYVAR"']
     with experiment(tmp_path, DirectLauncher()):
         job = command(argv, env={"MYVAR": "a b,c='d'"}).submit()
-    assert job.stdout_path.read_text().splitlines()[1] == f"{job.directory}|{job.task_id}|1|a b,c='d'"
+    assert (
+        job.stdout_path.read_text().splitlines()[1] == f"{job.directory}|{job.task_id}|1|a b,c='d'"
+    )
     assert "export MYVAR=" in (job.directory / "job.sh").read_text()
 
 
@@ -550,9 +585,17 @@ def test_python_without_launchers(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("PYTHONPATH", "")
     cfg = tmp_path / "launchers.yaml"
     cfg.write_text("local:\n  - id: bare\n    python: /usr/bin/python3\n")
-    if subprocess.run(["/usr/bin/python3", "-c", "import launchers"], capture_output=True).returncode == 0:
+    if (
+        subprocess.run(
+            ["/usr/bin/python3", "-c", "import launchers"], capture_output=True
+        ).returncode
+        == 0
+    ):
         pytest.skip("the system python can import launchers")
-    with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", find_launcher("cpu()", config=cfg)):
+    with (
+        pytest.raises(ExperimentFailed),
+        experiment(tmp_path / "xp", find_launcher("cpu()", config=cfg)),
+    ):
         job = tt.add(1).submit()
     assert "launchers" in job.stderr_path.read_text()
     assert job.state is JobState.FAILED
@@ -560,12 +603,17 @@ def test_python_without_launchers(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 # =========================================================================== §10 direct launcher
 
+
 # "Runs the same `job.sh` ... as `setsid bash job.sh` (its own process group), stdin from
 #  `/dev/null`, ... in the task's working directory."
 def test_direct_process_group_stdin_cwd(tmp_path: Path) -> None:
     work = tmp_path / "w d"
     work.mkdir()
-    argv = ["sh", "-c", 'cut -d" " -f5 /proc/$$/stat; echo "$$"; readlink /proc/self/fd/0; pwd; cat']
+    argv = [
+        "sh",
+        "-c",
+        'cut -d" " -f5 /proc/$$/stat; echo "$$"; readlink /proc/self/fd/0; pwd; cat',
+    ]
     with experiment(tmp_path / "xp", DirectLauncher()):
         job = command(argv, cwd=work).submit()
     lines = job.stdout_path.read_text().splitlines()[1:]
@@ -600,13 +648,23 @@ def test_direct_export_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         ja = command(argv, env={"MINE": "1"}).submit()
     with experiment(tmp_path / "b", launcher_none):
         jb = command(argv, env={"MINE": "1"}).submit()
-    env_a = dict(line.split("=", 1) for line in ja.stdout_path.read_text().splitlines()[1:] if "=" in line)
-    env_b = dict(line.split("=", 1) for line in jb.stdout_path.read_text().splitlines()[1:] if "=" in line)
+    env_a = dict(
+        line.split("=", 1) for line in ja.stdout_path.read_text().splitlines()[1:] if "=" in line
+    )
+    env_b = dict(
+        line.split("=", 1) for line in jb.stdout_path.read_text().splitlines()[1:] if "=" in line
+    )
     assert env_a.get("QA3_SECRET") == "leak" and env_a.get("MINE") == "1"
     assert "QA3_SECRET" not in env_b and env_b.get("MINE") == "1" and env_b.get("LANG") == "C.UTF-8"
     # the shell's own, and the script's `export SLURM_EXPORT_ENV=ALL` of the NONE policy (§3)
     shell_noise = {"PWD", "SHLVL", "_", "OLDPWD", "SLURM_EXPORT_ENV"}
-    extra = set(env_b) - allowed - shell_noise - {"MINE"} - {k for k in env_b if k.startswith("LAUNCHERS_")}
+    extra = (
+        set(env_b)
+        - allowed
+        - shell_noise
+        - {"MINE"}
+        - {k for k in env_b if k.startswith("LAUNCHERS_")}
+    )
     assert extra == set(), extra
 
 
@@ -686,7 +744,10 @@ def test_direct_cancel_sigterm_process_group(tmp_path: Path) -> None:
 def test_waiting_job_cancelled_at_once(tmp_path: Path) -> None:
     cfg = tmp_path / "launchers.yaml"
     cfg.write_text("local:\n  - id: one\n    max_jobs: 1\n")
-    with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", find_launcher("cpu()", config=cfg)) as xp:
+    with (
+        pytest.raises(ExperimentFailed),
+        experiment(tmp_path / "xp", find_launcher("cpu()", config=cfg)) as xp,
+    ):
         a = command(["sleep", "30"]).submit()
         b = command(["sleep", "31"]).submit()
         wait_for(lambda: a.state is JobState.RUNNING)
@@ -698,6 +759,7 @@ def test_waiting_job_cancelled_at_once(tmp_path: Path) -> None:
 
 
 # ===================================================================================== §11 tokens
+
 
 # "n > N is an error at submission." / "Waiting jobs are `WAITING` ("waiting for token NAME, k of N free")"
 def test_tokens_wait_and_too_many(tmp_path: Path) -> None:
@@ -720,7 +782,10 @@ def test_tokens_wait_and_too_many(tmp_path: Path) -> None:
     # "The job's exit handler deletes its holder file"
     assert list((tmp_path / "state" / "tokens" / "lic" / "holders").iterdir()) == []
     cfg.write_text("tokens: {lic: 1}\nlocal:\n  - id: t\n    tokens: {lic: 2}\n")
-    with pytest.raises(LaunchersError, match="lic"), experiment(tmp_path / "xp2", find_launcher("cpu()", config=cfg)):
+    with (
+        pytest.raises(LaunchersError, match="lic"),
+        experiment(tmp_path / "xp2", find_launcher("cpu()", config=cfg)),
+    ):
         command(["true"]).submit()
 
 
@@ -751,7 +816,9 @@ def test_tokens_dead_holder_released(tmp_path: Path) -> None:
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", launcher):
         a = command(["sleep", "30"]).submit()
         wait_for(lambda: a.state is JobState.RUNNING)
-        os.killpg(int(a.native_id or 0), signal.SIGKILL)  # no exit handler runs: the holder file stays
+        os.killpg(
+            int(a.native_id or 0), signal.SIGKILL
+        )  # no exit handler runs: the holder file stays
         a.wait(10)
         b = command(["true"]).submit()
         assert b.wait(10) is JobState.COMPLETED
@@ -785,6 +852,7 @@ def test_named_runtime_settings_accepted(tmp_path: Path) -> None:
 
 # ================================================================================ CLI (jobs.md)
 
+
 def cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "launchers.cli.main", *args], cwd=cwd, text=True,
                           capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
@@ -806,7 +874,9 @@ def test_cli_submit_jobs_logs_cancel(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert r.returncode == 0, r.stderr
     assert "CANCELLED" in r.stdout
     r = cli("jobs", "--json", "xp", cwd=tmp_path)
-    states = {json.loads(line)["task_id"]: json.loads(line)["state"] for line in r.stdout.splitlines()}
+    states = {
+        json.loads(line)["task_id"]: json.loads(line)["state"] for line in r.stdout.splitlines()
+    }
     assert states == {task_id: "COMPLETED", info["task_id"]: "CANCELLED"}
     r = cli("logs", "--workdir", "xp", "no-such-job", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("launchers: ") and "Traceback" not in r.stderr
@@ -820,7 +890,9 @@ SLURM_YAML = "slurm:\n  - id: sb\n    query_slurm: true\n"
 
 
 @pytest.fixture
-def slurm(slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def slurm(
+    slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Any]:
     """A Slurm launcher chosen by the finder from a tmp launchers.yaml (5 minutes, one core)."""
     monkeypatch.setenv("SLURM_CONF", slurm_cluster["SLURM_CONF"])
     cfg = tmp_path / "launchers.yaml"
@@ -870,11 +942,17 @@ def test_slurm_script_header_and_record(slurm: Any, tmp_path: Path) -> None:
         "#SBATCH --export=ALL",
         "#SBATCH --no-requeue",
     ]
-    first_cmd = next(i for i, line in enumerate(lines) if i and line.strip() and not line.startswith("#"))
+    first_cmd = next(
+        i for i, line in enumerate(lines) if i and line.strip() and not line.startswith("#")
+    )
     directives = [line for line in lines[:first_cmd] if line.startswith("#SBATCH ")]
     assert all(not line.startswith("#SBATCH") for line in lines[first_cmd:])
-    assert directives[7:] == [f"#SBATCH {sbatch_quote(a)}" for a in slurm.sbatch_args()]  # finder options follow
-    assert re.fullmatch(rf"# generated by launchers \S+ for task {job.task_id}, attempt 1", lines[first_cmd - 1])
+    assert directives[7:] == [
+        f"#SBATCH {sbatch_quote(a)}" for a in slurm.sbatch_args()
+    ]  # finder options follow
+    assert re.fullmatch(
+        rf"# generated by launchers \S+ for task {job.task_id}, attempt 1", lines[first_cmd - 1]
+    )
     r = rec(job)
     assert r["job_name"] == f"{t.name}-{t.digest[:12]}-a1" and r["native_id"] == job.native_id
     assert r["launcher"]["kind"] == "slurm" and r["launcher"]["group"] == "sb"
@@ -893,11 +971,11 @@ def test_slurm_script_header_and_record(slurm: Any, tmp_path: Path) -> None:
 def test_slurm_failed_exit_code_and_quoting(slurm: Any, tmp_path: Path) -> None:
     with pytest.raises(ExperimentFailed), experiment(tmp_path, slurm):
         bad = command(["sh", "-c", "exit 3"]).submit()
-        odd = command(["sh", "-c", 'printf "%s\\n" "$1"', "sh", "it's $(x) `y` \\ \"q\""]).submit()
+        odd = command(["sh", "-c", 'printf "%s\\n" "$1"', "sh", 'it\'s $(x) `y` \\ "q"']).submit()
     assert (bad.state, bad.exit_code) == (JobState.FAILED, 3)
     assert squeue_state(bad.native_id or "") in ("FAILED", "")
     assert odd.state is JobState.COMPLETED
-    assert odd.stdout_path.read_text().splitlines()[1] == "it's $(x) `y` \\ \"q\""
+    assert odd.stdout_path.read_text().splitlines()[1] == 'it\'s $(x) `y` \\ "q"'
 
 
 # §3 "In `--output`/`--error` every `%` is doubled"; "any other in double quotes with `\` and `"`
@@ -910,7 +988,9 @@ def test_slurm_directive_quoting_real(slurm: Any, tmp_path: Path) -> None:
     assert job.state is JobState.COMPLETED
     assert job.stdout_path.read_text().splitlines()[1] == "here"  # sbatch wrote where we read
     text = (job.directory / "job.sh").read_text()
-    out = str(job.directory / "job.out").replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"')
+    out = (
+        str(job.directory / "job.out").replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"')
+    )
     assert f'#SBATCH --output="{out}"' in text
 
 
@@ -960,7 +1040,9 @@ def test_yaml_sbatch_options_checked(tmp_path: Path) -> None:
 # §3 "`ALL` (default, as sbatch): the environment of the process running sbatch, from which
 # `SBATCH_*`, `SALLOC_*`, `SRUN_*` and `SLURM_*` (except `SLURM_CONF`) are first removed"
 @pytest.mark.slurm
-def test_slurm_export_all_strips_option_variables(slurm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slurm_export_all_strips_option_variables(
+    slurm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SBATCH_QOS", "no-such-qos")  # would make sbatch refuse the job
     monkeypatch.setenv("SLURM_QA3", "x")
     monkeypatch.setenv("SALLOC_QA3", "x")
@@ -977,11 +1059,15 @@ def test_slurm_export_all_strips_option_variables(slurm: Any, tmp_path: Path, mo
 # §3 "`NONE`: `--export=NONE`, a login-shell shebang ..., and `export SLURM_EXPORT_ENV=ALL`"
 # "`env: {NAME: value}` becomes `export NAME='value'` lines, never `--export=NAME=value`"
 @pytest.mark.slurm
-def test_slurm_export_none_and_env(slurm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slurm_export_none_and_env(
+    slurm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("QA3_LEAK", "leak")
     launcher = slurm.config(export="NONE", env={"QA3_SET": "a,b c"})
     with experiment(tmp_path, launcher):
-        job = command(["sh", "-c", 'env; echo "srun:$(srun --ntasks=1 sh -c \'echo $QA3_SET\')"']).submit()
+        job = command(
+            ["sh", "-c", "env; echo \"srun:$(srun --ntasks=1 sh -c 'echo $QA3_SET')\""]
+        ).submit()
     text = (job.directory / "job.sh").read_text()
     assert text.startswith("#!/bin/bash -l\n")
     assert "#SBATCH --export=NONE\n" in text and "export SLURM_EXPORT_ENV=ALL\n" in text
@@ -1002,7 +1088,10 @@ def test_slurm_rejection(slurm: Any, tmp_path: Path, caplog: pytest.LogCaptureFi
     assert job.state is JobState.FAILED and job.native_id is None
     assert "invalid partition" in (job.reason or "").lower()
     # "logged at ERROR at once"
-    assert any(r.levelname == "ERROR" and "invalid partition" in r.getMessage().lower() for r in caplog.records)
+    assert any(
+        r.levelname == "ERROR" and "invalid partition" in r.getMessage().lower()
+        for r in caplog.records
+    )
 
 
 # §3 "sbatch parses `#SBATCH` lines itself, not as a shell: quotes of either kind group, a backslash
@@ -1035,9 +1124,22 @@ def test_slurm_pending_then_cancel(slurm: Any, tmp_path: Path) -> None:
 
 # §7 "(`job.cancel()`, `xp.cancel()`, `launchers cancel`)" on a running Slurm job, through the CLI
 @pytest.mark.slurm
-def test_slurm_cli_submit_and_cancel(slurm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slurm_cli_submit_and_cancel(
+    slurm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LAUNCHERS_CONFIG", str(tmp_path / "launchers.yaml"))
-    r = cli("submit", "--json", "-r", "duration=5min & cpu()", "--workdir", "xp", "--", "sleep", "120", cwd=tmp_path)
+    r = cli(
+        "submit",
+        "--json",
+        "-r",
+        "duration=5min & cpu()",
+        "--workdir",
+        "xp",
+        "--",
+        "sleep",
+        "120",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     assert re.fullmatch(r"\d+", str(info["native_id"]))
@@ -1074,7 +1176,9 @@ def test_slurm_callable(slurm: Any, tmp_path: Path) -> None:
 @pytest.mark.slurm
 def test_slurm_launcher_submit_array(slurm: Any, tmp_path: Path) -> None:
     with pytest.raises(ExperimentFailed), experiment(tmp_path, slurm):
-        jobs = slurm.submit_array([command(["sh", "-c", f"echo e{i}; exit {i % 2}"]) for i in range(3)])
+        jobs = slurm.submit_array(
+            [command(["sh", "-c", f"echo e{i}; exit {i % 2}"]) for i in range(3)]
+        )
     assert [j.state for j in jobs] == [JobState.COMPLETED, JobState.FAILED, JobState.COMPLETED]
     base = {(j.native_id or "").split("_")[0] for j in jobs}
     assert len(base) == 1 and [(j.native_id or "").split("_")[1] for j in jobs] == ["0", "1", "2"]
@@ -1088,7 +1192,9 @@ def test_slurm_launcher_array_context(slurm: Any, tmp_path: Path) -> None:
     assert all(j.state is JobState.COMPLETED for j in jobs)
     assert len({(j.native_id or "").split("_")[0] for j in jobs}) == 1
     # "its own `--output` is `<workdir>/arrays/<key>/%a.out`"; "`max_parallel=k` adds `%k`"
-    scripts = list((tmp_path / "arrays").glob("*/*.sh")) + list((tmp_path / "arrays").glob("*/job.sh"))
+    scripts = list((tmp_path / "arrays").glob("*/*.sh")) + list(
+        (tmp_path / "arrays").glob("*/job.sh")
+    )
     text = "".join(p.read_text() for p in scripts)
     assert re.search(r"#SBATCH --array=0-2%2\n", text)
     assert re.search(r"#SBATCH --output=\S*/arrays/[^/\s]+/%a\.out\n", text)
@@ -1098,7 +1204,9 @@ def test_slurm_launcher_array_context(slurm: Any, tmp_path: Path) -> None:
     assert index.read_text().splitlines() == [str(j.directory) for j in jobs]
     for i, j in enumerate(jobs):
         assert rec(j)["native_id"] == j.native_id and (j.native_id or "").endswith(f"_{i}")
-        assert rec(j)["state"] == "COMPLETED" and j.stdout_path.read_text().splitlines()[1] == str(i)
+        assert rec(j)["state"] == "COMPLETED" and j.stdout_path.read_text().splitlines()[1] == str(
+            i
+        )
 
 
 # §4 "A record found in `SUBMITTING` (crash between 1 and 3, lost reply) is reconciled before anything
@@ -1112,7 +1220,9 @@ def test_slurm_submitting_record_reconciled_by_name(slurm: Any, tmp_path: Path) 
     # simulate a crash after sbatch accepted attempt 2 but before its id was recorded
     d = first.directory
     r = rec(first)
-    r["history"].append([time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), "SUBMITTING", "attempt 2"])
+    r["history"].append(
+        [time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), "SUBMITTING", "attempt 2"]
+    )
     argv = ["sbatch", "--parsable", "-p", "debug", "-t", "5", f"--job-name={name[:-3]}-a2", "-o", "/dev/null",
             "--wrap", "sleep 1"]  # fmt: skip
     jid = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
@@ -1141,7 +1251,10 @@ def test_slurm_submitting_record_reconciled_by_name(slurm: Any, tmp_path: Path) 
 @pytest.mark.slurm
 def test_slurm_clusters_option(slurm: Any, tmp_path: Path, slurm_cluster: dict[str, str]) -> None:
     name = slurm_cluster.get("SLURM_CLUSTER_NAME", "sandbox")
-    with pytest.raises(ExperimentFailed), experiment(tmp_path, slurm.config(sbatch_options={"clusters": name})):
+    with (
+        pytest.raises(ExperimentFailed),
+        experiment(tmp_path, slurm.config(sbatch_options={"clusters": name})),
+    ):
         ok = command(["true"]).submit()
         bad = command(["sh", "-c", "exit 2"]).submit()
     assert ok.state is JobState.COMPLETED and re.fullmatch(r"\d+", ok.native_id or "")
@@ -1152,7 +1265,9 @@ def test_slurm_clusters_option(slurm: Any, tmp_path: Path, slurm_cluster: dict[s
 # §5 "`status_source: auto | sacct | squeue` on a slurm group overrides."; "Without accounting, a job
 # gone from squeue is decided by `job.rc`: rc 0 `COMPLETED`, else `FAILED` with code and signal"
 @pytest.mark.slurm
-def test_slurm_status_source_squeue(slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slurm_status_source_squeue(
+    slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SLURM_CONF", slurm_cluster["SLURM_CONF"])
     cfg = tmp_path / "launchers.yaml"
     cfg.write_text(SLURM_YAML + "    status_source: squeue\n")
@@ -1208,7 +1323,10 @@ def test_slurm_resume_signal_requeues(slurm: Any, tmp_path: Path) -> None:
         wait_for(lambda: job.attempt == 2, 30)
         deadline = time.monotonic() + 30
         while job.state is not JobState.COMPLETED and time.monotonic() < deadline:
-            subprocess.run(["scontrol", "update", f"JobId={job.native_id}", "StartTime=now"], capture_output=True)
+            subprocess.run(
+                ["scontrol", "update", f"JobId={job.native_id}", "StartTime=now"],
+                capture_output=True,
+            )
             time.sleep(0.3)
     assert job.state is JobState.COMPLETED and job.attempt == 2 and job.native_id == first_id
     out = job.stdout_path.read_text()
@@ -1217,7 +1335,7 @@ def test_slurm_resume_signal_requeues(slurm: Any, tmp_path: Path) -> None:
     assert json.loads((job.directory / "job.rc").read_text())["attempt"] == 2
     r = rec(job)
     states = [h[1] for h in r["history"]]
-    assert "PENDING" in states[states.index("RUNNING"):]  # requeued: back to PENDING
+    assert "PENDING" in states[states.index("RUNNING") :]  # requeued: back to PENDING
     assert len(r["attempts"]) == 1 and r["attempts"][0]["native_id"] == first_id
     assert r["attempts"][0].get("cause")
     # the requeued attempt is summarised as ended, not left RUNNING

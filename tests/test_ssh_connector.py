@@ -203,14 +203,20 @@ def test_nasty_arguments_env_and_cwd_survive(sandbox: dict[str, str], tmp_path: 
     conn = SSHConnector(cfg(sandbox))
     base = str(tmp_path / "remote")
     loop.run_until_complete(conn.mkdir(base))
-    text = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), max_size=30)
+    text = st.text(
+        st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), max_size=30
+    )
     names = st.from_regex(r"V_[A-Za-z0-9_]{0,10}", fullmatch=True)
     dirnames = text.filter(lambda s: s not in ("", ".", "..") and "/" not in s)
     # one remote command per example (each costs a remote shell start), many values in each
     script = 'if [ $# -gt 0 ]; then printf "%s\\0" "$@"; fi; for n in $NAMES; do eval "printf \'%s\\0\' \\"\\$$n\\""; done; pwd -P'
 
     @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(args=st.lists(text, max_size=5), env=st.dictionaries(names, text, max_size=4), dirname=dirnames)
+    @given(
+        args=st.lists(text, max_size=5),
+        env=st.dictionaries(names, text, max_size=4),
+        dirname=dirnames,
+    )
     def check(args: list[str], env: dict[str, str], dirname: str) -> None:
         async def body() -> None:
             d = f"{base}/{dirname}"
@@ -239,7 +245,10 @@ def test_timeout_closes_channel_and_kills_the_command(sandbox: dict[str, str]) -
         t0 = time.monotonic()
         # 3 s: the remote shell must have started and reported its pid (root's .bashrc here
         # runs `pyenv init`, which can take seconds when many shells start at once)
-        with pytest.raises(ConnectorError, match=r"timed out after 3 s \(channel closed, remote process \d+ sent SIGTERM\)"):
+        with pytest.raises(
+            ConnectorError,
+            match=r"timed out after 3 s \(channel closed, remote process \d+ sent SIGTERM\)",
+        ):
             await c.run(["sleep", "47.25"], timeout=3)
         assert time.monotonic() - t0 < 4.5
         for _ in range(50):  # the process group got SIGTERM
@@ -293,7 +302,9 @@ def test_squeue_and_sbatch_over_ssh(sandbox: dict[str, str]) -> None:
         assert r.returncode == 0, r.stderr
         job_id = r.stdout.strip().splitlines()[-1]
         assert re.fullmatch(r"\d+(;\S+)?", job_id)
-        r = await c.run(["squeue", "--noheader", "--states=all", "--format=%A", "-j", job_id.split(";")[0]])
+        r = await c.run(
+            ["squeue", "--noheader", "--states=all", "--format=%A", "-j", job_id.split(";")[0]]
+        )
         assert r.returncode == 0
 
     run(using(SSHConnector(cfg(sandbox)), body))
@@ -302,8 +313,8 @@ def test_squeue_and_sbatch_over_ssh(sandbox: dict[str, str]) -> None:
 @pytest.mark.ssh
 def test_login_shell_keeps_quoting(sandbox: dict[str, str]) -> None:
     async def body(c: SSHConnector) -> None:
-        r = await c.run(["printf", "%s", "it's a \"test\" $HOME"], env={"V": "a b"})
-        assert r.stdout == "it's a \"test\" $HOME"
+        r = await c.run(["printf", "%s", 'it\'s a "test" $HOME'], env={"V": "a b"})
+        assert r.stdout == 'it\'s a "test" $HOME'
         r = await c.run(["sh", "-c", 'printf %s "$V"'], env={"V": "a 'b'"}, cwd="/tmp")
         assert r.stdout == "a 'b'"
         r = await c.run(["squeue", "--noheader"])
@@ -391,7 +402,9 @@ def test_unknown_host_refused_with_yes(sandbox: dict[str, str], tmp_path: Path) 
     kh = tmp_path / "known_hosts"
     kh.write_text("")
     c = SSHConnector(cfg(sandbox, known_hosts=str(kh)))
-    with pytest.raises(HostKeyError, match=r"host key of \[127\.0\.0\.1\]:\d+ .*is unknown: ssh-ed25519 SHA256:"):
+    with pytest.raises(
+        HostKeyError, match=r"host key of \[127\.0\.0\.1\]:\d+ .*is unknown: ssh-ed25519 SHA256:"
+    ):
         run(using(c, lambda c: c.run(["true"])))
     assert kh.read_text() == ""  # nothing recorded
     missing = SSHConnector(cfg(sandbox, known_hosts=str(tmp_path / "absent")))
@@ -400,7 +413,9 @@ def test_unknown_host_refused_with_yes(sandbox: dict[str, str], tmp_path: Path) 
 
 
 @pytest.mark.ssh
-def test_accept_new_records_key(sandbox: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_accept_new_records_key(
+    sandbox: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     kh = tmp_path / "sub" / "known_hosts"
     c = SSHConnector(cfg(sandbox, known_hosts=str(kh), strict_host_key_checking="accept-new"))
     with caplog.at_level(logging.WARNING, logger="launchers.connectors.ssh"):
@@ -415,7 +430,9 @@ def test_accept_new_records_key(sandbox: dict[str, str], tmp_path: Path, caplog:
 
 @pytest.mark.ssh
 @pytest.mark.parametrize("policy", ["yes", "accept-new"])
-def test_changed_key_refused_with_hint(sandbox: dict[str, str], tmp_path: Path, policy: str) -> None:
+def test_changed_key_refused_with_hint(
+    sandbox: dict[str, str], tmp_path: Path, policy: str
+) -> None:
     other = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().split()
     port = sandbox["CLUSTER_SSH_PORT"]
     kh = tmp_path / "known_hosts"
@@ -431,8 +448,12 @@ def test_changed_key_refused_with_hint(sandbox: dict[str, str], tmp_path: Path, 
 
 
 @pytest.mark.ssh
-def test_no_checking_warns_every_connection(sandbox: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    c = SSHConnector(cfg(sandbox, known_hosts=str(tmp_path / "none"), strict_host_key_checking="no"))
+def test_no_checking_warns_every_connection(
+    sandbox: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    c = SSHConnector(
+        cfg(sandbox, known_hosts=str(tmp_path / "none"), strict_host_key_checking="no")
+    )
     with caplog.at_level(logging.WARNING, logger="launchers.connectors.ssh"):
         run(using(c, lambda c: c.run(["true"])))
         run(using(c, lambda c: c.run(["true"])))
@@ -453,11 +474,18 @@ def test_wrong_key_is_an_authentication_error(sandbox: dict[str, str], tmp_path:
         run(using(c, lambda c: c.run(["true"])))
     assert isinstance(err.value, AuthenticationError) and isinstance(err.value, ConnectorError)
     with pytest.raises(ConfigurationError, match=r"identity file .* does not exist"):
-        run(using(SSHConnector(cfg(sandbox, identity_file=(str(tmp_path / "nope"),))), lambda c: c.run(["true"])))
+        run(
+            using(
+                SSHConnector(cfg(sandbox, identity_file=(str(tmp_path / "nope"),))),
+                lambda c: c.run(["true"]),
+            )
+        )
 
 
 @pytest.mark.ssh
-def test_passphrase_from_environment(sandbox: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_passphrase_from_environment(
+    sandbox: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     key = tmp_path / "locked"
     # PKCS#8 encryption works without bcrypt (OpenSSH-format encrypted keys need it)
     asyncssh.read_private_key(sandbox["CLUSTER_SSH_KEY"]).write_private_key(
@@ -475,7 +503,9 @@ def test_passphrase_from_environment(sandbox: dict[str, str], tmp_path: Path, mo
 
 
 @pytest.mark.ssh
-def test_ssh_config_host_alias(sandbox: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ssh_config_host_alias(
+    sandbox: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh" / "config").write_text(
         f"Host launchers-alias\n  HostName 127.0.0.1\n  Port {sandbox['CLUSTER_SSH_PORT']}\n"
@@ -492,7 +522,9 @@ def test_ssh_config_host_alias(sandbox: dict[str, str], tmp_path: Path, monkeypa
         run(using(SSHConnector(off), lambda c: c.run(["whoami"])))
 
 
-def test_broken_ssh_config_is_a_configuration_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_broken_ssh_config_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh" / "config").write_text("Host broken\n  Port notanumber\n")
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -505,7 +537,9 @@ def test_broken_ssh_config_is_a_configuration_error(tmp_path: Path, monkeypatch:
 def test_proxy_jump_through_the_same_sshd(sandbox: dict[str, str]) -> None:
     port = sandbox["CLUSTER_SSH_PORT"]
     conf = cfg(sandbox, proxy_jump=f"root@127.0.0.1:{port}")
-    assert run(using(SSHConnector(conf), lambda c: c.run(["echo", "via jump"]))).stdout == "via jump\n"
+    assert (
+        run(using(SSHConnector(conf), lambda c: c.run(["echo", "via jump"]))).stdout == "via jump\n"
+    )
 
 
 # ----------------------------------------------------------------------------- outages
@@ -577,7 +611,9 @@ class OwnSSHD:
 
 
 @pytest.fixture()
-def own_sshd(sandbox: dict[str, str], tmp_path: Path) -> Iterator[tuple[OwnSSHD, SSHConnectorConfig]]:
+def own_sshd(
+    sandbox: dict[str, str], tmp_path: Path
+) -> Iterator[tuple[OwnSSHD, SSHConnectorConfig]]:
     if not shutil.which("/usr/sbin/sshd"):
         pytest.skip("no sshd")
     server = OwnSSHD(sandbox["CLUSTER_DIR"], tmp_path)
@@ -593,7 +629,9 @@ def own_sshd(sandbox: dict[str, str], tmp_path: Path) -> Iterator[tuple[OwnSSHD,
 
 @pytest.mark.timing
 @pytest.mark.ssh
-def test_reconnects_and_command_issued_during_outage_succeeds(own_sshd: tuple[OwnSSHD, SSHConnectorConfig]) -> None:
+def test_reconnects_and_command_issued_during_outage_succeeds(
+    own_sshd: tuple[OwnSSHD, SSHConnectorConfig],
+) -> None:
     server, conf = own_sshd
     c = SSHConnector(attrs.evolve(conf, command_timeout=30))
 
@@ -623,7 +661,9 @@ def test_reconnects_and_command_issued_during_outage_succeeds(own_sshd: tuple[Ow
 
 @pytest.mark.timing
 @pytest.mark.ssh
-def test_outage_longer_than_command_timeout_raises(own_sshd: tuple[OwnSSHD, SSHConnectorConfig]) -> None:
+def test_outage_longer_than_command_timeout_raises(
+    own_sshd: tuple[OwnSSHD, SSHConnectorConfig],
+) -> None:
     server, conf = own_sshd
     c = SSHConnector(attrs.evolve(conf, command_timeout=2, reconnect_timeout=4))
 

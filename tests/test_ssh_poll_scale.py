@@ -54,9 +54,15 @@ def iso(seconds_ago: float) -> str:
     return (datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)).isoformat()
 
 
-def fake_job(native_id: str, remote_dir: str, local_dir: Path, *, submitted: float = 3600.0, **extra: Any) -> FakeJob:
+def fake_job(
+    native_id: str, remote_dir: str, local_dir: Path, *, submitted: float = 3600.0, **extra: Any
+) -> FakeJob:
     rec = types.SimpleNamespace(
-        extra={"remote_dir": remote_dir, **extra}, submitted_at=iso(submitted), attempt=1, state=None, ended_at=None
+        extra={"remote_dir": remote_dir, **extra},
+        submitted_at=iso(submitted),
+        attempt=1,
+        state=None,
+        ended_at=None,
     )
     return FakeJob(runtime={}, native_id=native_id, record=rec, directory=local_dir, task=None, launcher=None,
                    cancel_requested=False, attempt=1, state=State.PENDING, task_id=f"fake-{native_id}")  # fmt: skip
@@ -96,7 +102,10 @@ def slurm_executor(tmp_path: Path, info: dict[str, str]) -> sx.SlurmExecutor:
 def many_jobs(root: Path, count: int, first_id: int) -> list[FakeJob]:
     """``count`` jobs with directories of about 90 characters under ``root`` (nothing on disk)."""
     base = root / "remote" / "xp-0123456789ab" / "jobs" / "some_task_name"
-    return [fake_job(str(first_id + i), f"{base}/{i:016x}", root / "local" / str(i)) for i in range(count)]
+    return [
+        fake_job(str(first_id + i), f"{base}/{i:016x}", root / "local" / str(i))
+        for i in range(count)
+    ]
 
 
 def sections(stdout: str) -> dict[str, list[str]]:
@@ -117,7 +126,10 @@ def test_slurm_poll_of_1500_jobs_is_one_small_command(clean: dict[str, str], tmp
     jobs = many_jobs(tmp_path, MANY, 9_000_000)
     # a few directories that exist, with a job.rc: awkward names, one with a newline in it
     special = {
-        10: ("ok", 0), 700: ("with space and 'quote' ", 0), 1200: ("new\nline", 0), 1499: ("failed", 3),
+        10: ("ok", 0),
+        700: ("with space and 'quote' ", 0),
+        1200: ("new\nline", 0),
+        1499: ("failed", 3),
     }
     for i, (name, rc) in special.items():
         rdir = tmp_path / "remote" / "odd" / name
@@ -131,8 +143,10 @@ def test_slurm_poll_of_1500_jobs_is_one_small_command(clean: dict[str, str], tmp
         await ex.user()  # read once, before counting
         rec = Recorder(monkeypatch)
         out = await ex._poll_remote(jobs)  # type: ignore[arg-type]
-        assert len(rec.calls) == 1, [c[0][:2] for c in rec.calls if "@@squeue" not in " ".join(c[0])]
-        (argv, stdin, res), = rec.calls
+        assert len(rec.calls) == 1, [
+            c[0][:2] for c in rec.calls if "@@squeue" not in " ".join(c[0])
+        ]
+        ((argv, stdin, res),) = rec.calls
         assert rec.cycles() == rec.calls  # the one command was the cycle
         # no job directory in the argument: only the newline one, passed apart
         assert sum(len(a) + 1 for a in argv) < ARG_LIMIT // 2
@@ -154,10 +168,15 @@ def test_slurm_poll_of_1500_jobs_is_one_small_command(clean: dict[str, str], tmp
     assert {i for i, j in enumerate(jobs) if j in out} >= set(special)
     for i, (_, rc) in special.items():
         upd = out[jobs[i]]
-        assert upd.state is (JobState.COMPLETED if rc == 0 else JobState.FAILED) and upd.exit_code == rc
+        assert (
+            upd.state is (JobState.COMPLETED if rc == 0 else JobState.FAILED)
+            and upd.exit_code == rc
+        )
         assert (jobs[i].directory / "job.out").read_text() == f"out {i}\n"  # fetched back
     others = [out.get(j) for i, j in enumerate(jobs) if i not in special]
-    assert all(u is None or u.state is None or not u.state.is_final for u in others)  # first miss: not LOST yet
+    assert all(
+        u is None or u.state is None or not u.state.is_final for u in others
+    )  # first miss: not LOST yet
 
 
 def test_slurm_poll_switches_to_user_query_above_the_id_limit(clean: dict[str, str], tmp_path: Path,
@@ -182,7 +201,9 @@ def test_slurm_poll_switches_to_user_query_above_the_id_limit(clean: dict[str, s
     ex = slurm_executor(tmp_path, clean)
     count = 5000  # 8-byte ids: about 40 KB of id list, over MAX_ID_LIST (32 KiB)
     jobs = many_jobs(tmp_path, count, 9_000_000)
-    real = fake_job(real_id, str(tmp_path / "remote" / "real"), tmp_path / "local" / "real", submitted=60)
+    real = fake_job(
+        real_id, str(tmp_path / "remote" / "real"), tmp_path / "local" / "real", submitted=60
+    )
     real.directory.mkdir(parents=True)
     jobs.append(real)
     assert len(",".join(j.native_id for j in jobs)) > sx.MAX_ID_LIST
@@ -192,7 +213,7 @@ def test_slurm_poll_switches_to_user_query_above_the_id_limit(clean: dict[str, s
         rec = Recorder(monkeypatch)
         out = await ex._poll_remote(jobs)  # type: ignore[arg-type]
         assert len(rec.calls) == 1
-        (argv, stdin, res), = rec.calls
+        ((argv, stdin, res),) = rec.calls
         script = argv[2]
         assert "--jobs=" not in script
         assert f"--user={ex._user[0] if ex._user else ''}" in script and "--starttime=" in script
@@ -208,7 +229,9 @@ def test_slurm_poll_switches_to_user_query_above_the_id_limit(clean: dict[str, s
     assert ex._accounting is not False
     upd = out[real]  # its sacct row was matched: FAILED with sacct's exit code
     assert (upd.state, upd.exit_code, upd.detail) == (JobState.FAILED, 3, "sacct")
-    assert all(u is None or u.state is None or not u.state.is_final for u in map(out.get, jobs[:-1]))
+    assert all(
+        u is None or u.state is None or not u.state.is_final for u in map(out.get, jobs[:-1])
+    )
 
 
 def test_slurm_over_ssh_end_to_end_with_the_user_query(clean: dict[str, str], tmp_path: Path,
@@ -264,7 +287,7 @@ def test_direct_remote_poll_of_1500_jobs_is_one_small_command(clean: dict[str, s
         rec = Recorder(monkeypatch)
         out = await ex.poll(jobs)  # type: ignore[arg-type]
         assert len(rec.calls) == 1
-        (argv, stdin, res), = rec.calls
+        ((argv, stdin, res),) = rec.calls
         assert res.returncode == 0, res.stderr
         assert sum(len(a) + 1 for a in argv) < 4096
         assert argv[4:] == [str(tmp_path / "remote" / "odd" / "new\nline")]

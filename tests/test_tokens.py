@@ -22,7 +22,9 @@ from launchers.local.launcher import DirectLauncher
 
 def _config(tmp_path: Path, total: int, need: int) -> Path:
     path = tmp_path / "launchers.yaml"
-    path.write_text(f"tokens: {{gpu: {total}}}\nlocal:\n  - id: here\n    tokens: {{gpu: {need}}}\n")
+    path.write_text(
+        f"tokens: {{gpu: {total}}}\nlocal:\n  - id: here\n    tokens: {{gpu: {need}}}\n"
+    )
     return path
 
 
@@ -50,7 +52,9 @@ def test_all_or_none_and_dead_holders(tmp_path: Path) -> None:
     dead.wait()
     holder = tokens.holder_path("a", "dead-task")
     holder.parent.mkdir(parents=True)
-    holder.write_text(json.dumps({"count": 1, "pid": dead.pid, "pid_start": 1, "boot_id": "", "host": ""}))
+    holder.write_text(
+        json.dumps({"count": 1, "pid": dead.pid, "pid_start": 1, "boot_id": "", "host": ""})
+    )
     assert isinstance(tokens.acquire_and_start({"a": 1}, {"a": 1}, "t1", "/d", start), ProcessId)
     assert not holder.exists()
     # "a" is now full: asking for a and b takes neither
@@ -58,7 +62,9 @@ def test_all_or_none_and_dead_holders(tmp_path: Path) -> None:
     assert reason == "waiting for token a, 0 of 1 free"
     assert not tokens.holder_path("b", "t2").exists() and started == ["x"]
     # N read at each acquire: raising it lets the job start
-    assert isinstance(tokens.acquire_and_start({"a": 1, "b": 1}, {"a": 2, "b": 5}, "t2", "/d", start), ProcessId)
+    assert isinstance(
+        tokens.acquire_and_start({"a": 1, "b": 1}, {"a": 2, "b": 5}, "t2", "/d", start), ProcessId
+    )
     assert tokens.held("a")[0] == 2 and tokens.held("b")[0] == 1
     tokens.release(["a", "b"], "t2")
     assert tokens.held("a")[0] == 1
@@ -68,7 +74,10 @@ def test_more_than_total_is_refused_at_submission(tmp_path: Path) -> None:
     cfg = load_config(_config(tmp_path, total=3, need=3))
     _config(tmp_path, total=2, need=2)  # the total is edited after the launcher was found
     launcher = DirectLauncher(group=cfg.groups[0])  # type: ignore[arg-type]
-    with experiment(tmp_path / "xp", launcher), pytest.raises(LaunchersError, match="needs 3 units"):
+    with (
+        experiment(tmp_path / "xp", launcher),
+        pytest.raises(LaunchersError, match="needs 3 units"),
+    ):
         command(["true"]).submit()
 
 
@@ -97,8 +106,13 @@ def test_tokens_across_processes(tmp_path: Path) -> None:
     script = tmp_path / "client.py"
     script.write_text(_CLIENT.format(cfg=str(cfg), xp=str(tmp_path / "xp")))
     procs = [
-        subprocess.Popen([sys.executable, str(script), f"job{i}"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        subprocess.Popen(
+            [sys.executable, str(script), f"job{i}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
+        )
         for i in range(2)
     ]
     outs = []
@@ -123,7 +137,10 @@ def test_more_than_total_in_the_file_loads_and_is_refused_at_submission(tmp_path
     """slurm-runtime §11: n > N is an error at submission (N may still be raised), not at load."""
     cfg = load_config(_config(tmp_path, total=2, need=3))
     launcher = DirectLauncher(group=cfg.groups[0])  # type: ignore[arg-type]
-    with experiment(tmp_path / "xp", launcher), pytest.raises(LaunchersError, match="needs 3 units"):
+    with (
+        experiment(tmp_path / "xp", launcher),
+        pytest.raises(LaunchersError, match="needs 3 units"),
+    ):
         command(["true"]).submit()
 
 
@@ -132,5 +149,8 @@ def test_tokens_on_a_remote_group_built_in_code_are_a_configuration_error(tmp_pa
     from launchers.errors import ConfigurationError
 
     launcher = DirectLauncher(group=LocalGroup(id="x", connector="cl", tokens=(("a", 1),)))
-    with experiment(tmp_path / "xp", launcher), pytest.raises(ConfigurationError, match="only with the local"):
+    with (
+        experiment(tmp_path / "xp", launcher),
+        pytest.raises(ConfigurationError, match="only with the local"),
+    ):
         command(["true"]).submit()

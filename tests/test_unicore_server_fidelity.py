@@ -27,11 +27,23 @@ def mapped(resources: dict[str, Any], **desc: Any) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize(("memory", "mem"), [
-    ("1024M", "1024"), ("2047M", "2047"), ("2048M", None), ("4096M", None), ("6144M", None),
-    ("65536M", None), ("8G", None), ("5120M", "1024"), ("9216M", "1024"), ("1T", None),
-    ("1073741824", "1024"), ("512m", "512"),
-])
+@pytest.mark.parametrize(
+    ("memory", "mem"),
+    [
+        ("1024M", "1024"),
+        ("2047M", "2047"),
+        ("2048M", None),
+        ("4096M", None),
+        ("6144M", None),
+        ("65536M", None),
+        ("8G", None),
+        ("5120M", "1024"),
+        ("9216M", "1024"),
+        ("1T", None),
+        ("1073741824", "1024"),
+        ("512m", "512"),
+    ],
+)
 def test_memory_goes_through_a_32_bit_int(memory: str, mem: str | None) -> None:
     """Item 1: bytes in a Java int, then MiB: 2 GiB and more are lost or shrunk."""
     assert mapped({"MemoryPerNode": memory}).get("mem") == mem
@@ -40,7 +52,9 @@ def test_memory_goes_through_a_32_bit_int(memory: str, mem: str | None) -> None:
 def test_gpus_are_requested_with_the_memory_value() -> None:
     """Item 2: ``#TSI_GPUS_PER_NODE`` is written from the memory variable."""
     assert "gpus-per-node" not in mapped({"GPUsPerNode": 1})  # no memory: -1, no GPU
-    assert "gpus-per-node" not in mapped({"GPUsPerNode": 1, "MemoryPerNode": "8G"})  # memory dropped
+    assert "gpus-per-node" not in mapped(
+        {"GPUsPerNode": 1, "MemoryPerNode": "8G"}
+    )  # memory dropped
     assert mapped({"GPUsPerNode": 1, "MemoryPerNode": "1024M"})["gpus-per-node"] == "1024"
 
 
@@ -60,9 +74,17 @@ def test_runtime_names_and_other_options() -> None:
     assert mapped({"Runtime": "2h"})["time"] == "120" and mapped({"Runtime": "90m"})["time"] == "90"
     assert mapped({}, Name="train-3f2a")["job-name"] == "UNICORE_job"
     assert mapped({}, Name="a.b:c=d~e/f")["job-name"] == "a.b:c=d~e/f"
-    got = mapped({"Queue": "gpu", "QoS": "high", "NodeConstraints": "GPU", "Reservation": "r"}, Project="acct")
-    assert (got["partition"], got["qos"], got["constraint"], got["reservation"], got["account"]) == \
-        ("gpu", "high", "GPU", "r", "acct")
+    got = mapped(
+        {"Queue": "gpu", "QoS": "high", "NodeConstraints": "GPU", "Reservation": "r"},
+        Project="acct",
+    )
+    assert (
+        got["partition"],
+        got["qos"],
+        got["constraint"],
+        got["reservation"],
+        got["account"],
+    ) == ("gpu", "high", "GPU", "r", "acct")
     assert (got["output"], got["error"], got["chdir"]) == ("/w/stdout", "/w/stderr", "/w/")
 
 
@@ -116,12 +138,24 @@ def test_ranges_as_unicore_serves_them(unicore_server: UnicoreServer) -> None:
     storage.put(b"0123456789", "f.txt")
     url = storage.resource_url + "/files/f.txt"
     t = storage.transport
-    part = t.get(url=url, headers={"Accept": "application/octet-stream", "Range": "bytes=4-"}, to_json=False)
-    assert part.status_code == 206 and part.content == b"456789" and "Content-Range" not in part.headers
-    end = t.get(url=url, headers={"Accept": "application/octet-stream", "Range": "bytes=10-"}, to_json=False)
+    part = t.get(
+        url=url, headers={"Accept": "application/octet-stream", "Range": "bytes=4-"}, to_json=False
+    )
+    assert (
+        part.status_code == 206
+        and part.content == b"456789"
+        and "Content-Range" not in part.headers
+    )
+    end = t.get(
+        url=url, headers={"Accept": "application/octet-stream", "Range": "bytes=10-"}, to_json=False
+    )
     assert end.status_code == 206 and end.content == b""
     with pytest.raises(httpx.TransportError):
-        t.get(url=url, headers={"Accept": "application/octet-stream", "Range": "bytes=11-"}, to_json=False)
+        t.get(
+            url=url,
+            headers={"Accept": "application/octet-stream", "Range": "bytes=11-"},
+            to_json=False,
+        )
     assert server.range_past_end == 1
 
 
@@ -151,7 +185,11 @@ def test_abort_is_immediate_and_actions_answer_204(unicore_server: UnicoreServer
     reply = t.post(url=job.resource_url + "/actions/abort", json={})
     assert reply.status_code == 204
     props = t.get(url=job.resource_url)
-    assert (props["status"], props["statusMessage"], props.get("exitCode")) == ("FAILED", ABORTED, None)
+    assert (props["status"], props["statusMessage"], props.get("exitCode")) == (
+        "FAILED",
+        ABORTED,
+        None,
+    )
     done = uc.new_job({"Executable": "true"})
     wait_status(t, done.resource_url, {"SUCCESSFUL"})
     assert t.post(url=done.resource_url + "/actions/abort", json={}).status_code == 204
@@ -174,11 +212,15 @@ def test_another_users_job_is_403(unicore_server: UnicoreServer) -> None:
 @pytest.mark.slurm
 def test_precommand_runs_while_queued(unicore_server: UnicoreServer) -> None:
     """Item 9: the login-node precommand runs while the job shows QUEUED, into .UNICORE_PRE_0/."""
-    job = client(unicore_server).new_job({"Executable": "true", "User precommand": "sleep 1; echo pre"})
+    job = client(unicore_server).new_job(
+        {"Executable": "true", "User precommand": "sleep 1; echo pre"}
+    )
     props = wait_status(job.transport, job.resource_url, {"QUEUED", "RUNNING", "SUCCESSFUL"})
     assert props["status"] == "QUEUED" and props["batchSystemID"] == "N/A"
     wait_status(job.transport, job.resource_url, {"SUCCESSFUL"})
-    assert (unicore_server.jobs[job.job_id].workdir / ".UNICORE_PRE_0" / "stdout").read_text() == "pre\n"
+    assert (
+        unicore_server.jobs[job.job_id].workdir / ".UNICORE_PRE_0" / "stdout"
+    ).read_text() == "pre\n"
 
 
 @pytest.mark.slurm
@@ -198,18 +240,29 @@ def test_missing_exit_code_file(unicore_server: UnicoreServer) -> None:
 @pytest.mark.slurm
 def test_post_answers_201_and_resources_fail_later(unicore_server: UnicoreServer) -> None:
     """Item 9: resource checks happen after the start: an unknown queue still gets 201."""
-    job = client(unicore_server).new_job({"Executable": "true", "Resources": {"Queue": "nosuchqueue"}})
+    job = client(unicore_server).new_job(
+        {"Executable": "true", "Resources": {"Queue": "nosuchqueue"}}
+    )
     props = wait_status(job.transport, job.resource_url, {"FAILED", "SUCCESSFUL"})
     assert props["status"] == "FAILED" and "batch system" in props["statusMessage"]
 
 
 @pytest.mark.slurm
-def test_raw_job_submits_the_bss_file_and_keeps_the_exit_code(unicore_server: UnicoreServer) -> None:
+def test_raw_job_submits_the_bss_file_and_keeps_the_exit_code(
+    unicore_server: UnicoreServer,
+) -> None:
     """UNICORE's ``Job type: raw``: the BSS file goes to sbatch unchanged, followed by the call
     of the job script, so the exit code file is still written."""
-    job = client(unicore_server).new_job({"Executable": "bash -c 'exit 3'", "Job type": "raw", "BSS file": "my.sbatch",
-                                          "haveClientStageIn": "true",
-                                          "Resources": {"MemoryPerNode": "8G"}}, autostart=False)
+    job = client(unicore_server).new_job(
+        {
+            "Executable": "bash -c 'exit 3'",
+            "Job type": "raw",
+            "BSS file": "my.sbatch",
+            "haveClientStageIn": "true",
+            "Resources": {"MemoryPerNode": "8G"},
+        },
+        autostart=False,
+    )
     job.working_dir.put(b"#!/bin/bash\n#SBATCH --mem=100M\n#SBATCH --output=o.txt\n", "my.sbatch")
     job.start()
     props = wait_status(job.transport, job.resource_url, {"FAILED", "SUCCESSFUL"})

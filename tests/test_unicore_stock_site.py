@@ -31,16 +31,19 @@ def test_names_arrive_as_written(name: str) -> None:
     assert java_url_decode(unicore_action_path(name)) == name
 
 
-@pytest.mark.parametrize(("offset", "size", "shift", "want"), [
-    (0, 0, 0, (None, 0)),       # empty: nothing to read (no 206-empty round trip)
-    (0, 10, 0, (0, 0)),
-    (4, 10, 0, (4, 0)),
-    (10, 10, 0, (None, 0)),     # at the end: never Range: bytes=SIZE- ...
-    (12, 5, 0, (0, 12)),        # ... nor past it: truncated by a requeue, read again from 0
-    (12, 0, 0, (None, 12)),     # truncated to nothing
-    (15, 5, 12, (3, 12)),       # after a truncation, offsets are shifted
-    (17, 5, 12, (None, 12)),
-])
+@pytest.mark.parametrize(
+    ("offset", "size", "shift", "want"),
+    [
+        (0, 0, 0, (None, 0)),  # empty: nothing to read (no 206-empty round trip)
+        (0, 10, 0, (0, 0)),
+        (4, 10, 0, (4, 0)),
+        (10, 10, 0, (None, 0)),  # at the end: never Range: bytes=SIZE- ...
+        (12, 5, 0, (0, 12)),  # ... nor past it: truncated by a requeue, read again from 0
+        (12, 0, 0, (None, 12)),  # truncated to nothing
+        (15, 5, 12, (3, 12)),  # after a truncation, offsets are shifted
+        (17, 5, 12, (None, 12)),
+    ],
+)
 def test_read_start(offset: int, size: int, shift: int, want: tuple[int | None, int]) -> None:
     """Item 4: a range never starts at or past the last known size."""
     start, new_shift = read_start(offset, size, shift)
@@ -58,8 +61,11 @@ def test_pyunicore_2_errors_are_understood() -> None:
     for code, transient in ((403, False), (404, False), (416, False), (503, True), (429, True)):
         e = httpx.HTTPError(f"{code} Server Error: n/a for url: https://site/x")
         assert status_of(e) == code and is_transient(e) is transient
-    for e in (httpx.ReadTimeout("timed out"), httpx.RemoteProtocolError("Server disconnected"),
-              httpx.ConnectError("refused")):
+    for e in (
+        httpx.ReadTimeout("timed out"),
+        httpx.RemoteProtocolError("Server disconnected"),
+        httpx.ConnectError("refused"),
+    ):
         assert is_transient(e) and status_of(e) is None
 
 
@@ -70,8 +76,13 @@ def slurm_job(bss_id: str) -> dict[str, str]:
     """``sacct`` of a real job: state and allocated TRES (cpu, mem, gres/gpu)."""
     deadline = time.monotonic() + 30
     while True:
-        r = subprocess.run(["sacct", "-X", "-n", "-P", "-j", bss_id, "-o", "State,AllocTRES,ReqTRES"],
-                           capture_output=True, text=True, env=slurm_env(), timeout=30)
+        r = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-j", bss_id, "-o", "State,AllocTRES,ReqTRES"],
+            capture_output=True,
+            text=True,
+            env=slurm_env(),
+            timeout=30,
+        )
         line = r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
         if line and "cpu=" in line:
             state, alloc, req = line.split("|")
@@ -93,8 +104,9 @@ entry_points:
 
 
 @pytest.mark.slurm
-def test_run_gets_2_cores_8g_1_gpu(unicore_server: UnicoreServer, tmp_path: Path,
-                                   capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_run_gets_2_cores_8g_1_gpu(
+    unicore_server: UnicoreServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     """Done-when of issue 22: a Compute Backend Config asking for 2 cores, 8G and 1 GPU gets
     exactly that from Slurm (a stock site would give no --mem, no GPU and 1 CPU), and an ``srun``
     in the job (SRUN_CPUS_PER_TASK=2, the Apptainer path) runs within the allocation."""
@@ -104,8 +116,20 @@ def test_run_gets_2_cores_8g_1_gpu(unicore_server: UnicoreServer, tmp_path: Path
     for name in ("x%41.txt", "a b#c?d.txt"):
         (proj / name).write_text(name)
     cfg = tmp_path / "backend.json"
-    cfg.write_text(json.dumps({"UnicoreApiUrl": unicore_server.base_url, "Resources": {
-        "Queue": "gpu", "Runtime": "10m", "CPUsPerNode": 2, "MemoryPerNode": "8G", "GPUsPerNode": 1}}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "UnicoreApiUrl": unicore_server.base_url,
+                "Resources": {
+                    "Queue": "gpu",
+                    "Runtime": "10m",
+                    "CPUsPerNode": 2,
+                    "MemoryPerNode": "8G",
+                    "GPUsPerNode": 1,
+                },
+            }
+        )
+    )
     rc = main(["run", str(proj), "--backend-config", str(cfg), "--workdir", str(tmp_path / "runs")])
     out, err = capfdbinary.readouterr()
     assert rc == 0, err.decode()
@@ -130,7 +154,9 @@ unicore:
 
 
 @pytest.mark.slurm
-def test_finder_experiment_gets_2_cores_8g_1_gpu(unicore_server: UnicoreServer, tmp_path: Path) -> None:
+def test_finder_experiment_gets_2_cores_8g_1_gpu(
+    unicore_server: UnicoreServer, tmp_path: Path
+) -> None:
     """Done-when of issue 22: a finder-matched experiment gets exactly its request."""
     from launchers import command, experiment, find_launcher
 
@@ -151,12 +177,16 @@ def uc_launcher(server: UnicoreServer) -> Any:
     from launchers.remote.unicore import UnicoreLauncher
 
     site = UnicoreSite(url=server.base_url)
-    return UnicoreLauncher(group=UnicoreGroup(id="uc", site=site, position=Position("launchers.yaml", 1)),
-                           options={"partition": "debug", "time": "0:05:00"})
+    return UnicoreLauncher(
+        group=UnicoreGroup(id="uc", site=site, position=Position("launchers.yaml", 1)),
+        options={"partition": "debug", "time": "0:05:00"},
+    )
 
 
 @pytest.mark.slurm
-def test_an_expired_job_fails_with_the_reason(unicore_server: UnicoreServer, tmp_path: Path) -> None:
+def test_an_expired_job_fails_with_the_reason(
+    unicore_server: UnicoreServer, tmp_path: Path
+) -> None:
     """Item 6: a job whose URL answers 404 (termination time passed) is FAILED, not RUNNING
     forever."""
     from launchers import command, experiment
@@ -175,11 +205,17 @@ def test_abort_waits_for_the_batch_job(unicore_server: UnicoreServer, tmp_path: 
     from launchers import command, experiment
     from launchers.errors import ExperimentFailed
 
-    with pytest.raises(ExperimentFailed, match="CANCELLED"), experiment(tmp_path / "xp", uc_launcher(unicore_server)):
+    with (
+        pytest.raises(ExperimentFailed, match="CANCELLED"),
+        experiment(tmp_path / "xp", uc_launcher(unicore_server)),
+    ):
         job = command(["bash", "-c", "echo started; exec sleep 60"]).submit()
         deadline = time.monotonic() + 60
-        while not any("started" in (j.workdir / "job.out").read_text() for j in unicore_server.jobs.values()
-                      if (j.workdir / "job.out").exists()):
+        while not any(
+            "started" in (j.workdir / "job.out").read_text()
+            for j in unicore_server.jobs.values()
+            if (j.workdir / "job.out").exists()
+        ):
             assert time.monotonic() < deadline
             time.sleep(0.2)
         job.cancel()
@@ -190,7 +226,9 @@ def test_abort_waits_for_the_batch_job(unicore_server: UnicoreServer, tmp_path: 
 
 
 @pytest.mark.slurm
-def test_a_job_completed_before_the_abort_stays_completed(unicore_server: UnicoreServer, tmp_path: Path) -> None:
+def test_a_job_completed_before_the_abort_stays_completed(
+    unicore_server: UnicoreServer, tmp_path: Path
+) -> None:
     """Item 7: the site had not yet seen the batch job end when the abort came (it reads batch
     states periodically): it says "Job aborted.", job.rc says rc 0: COMPLETED."""
     from launchers import command, experiment
@@ -204,7 +242,9 @@ def test_a_job_completed_before_the_abort_stays_completed(unicore_server: Unicor
             time.sleep(0.1)
         server.bss_update_interval = 1e9  # the site stops learning batch states
         (ujob,) = server.jobs.values()
-        while slurm_job(ujob.bss_id)["state"] != "COMPLETED" or not (ujob.workdir / "job.rc").exists():
+        while (
+            slurm_job(ujob.bss_id)["state"] != "COMPLETED" or not (ujob.workdir / "job.rc").exists()
+        ):
             assert time.monotonic() < deadline
             time.sleep(0.2)
         job.cancel()

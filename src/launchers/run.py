@@ -94,7 +94,10 @@ def run(directory: Path) -> int:
         return 1
     target = spec.get("target")
     if spec.get("kind") != "callable" or not isinstance(target, str):
-        print(f"launchers.run: {directory / PARAMS} does not describe a callable task", file=sys.stderr)
+        print(
+            f"launchers.run: {directory / PARAMS} does not describe a callable task",
+            file=sys.stderr,
+        )
         return 1
     try:
         func = resolve_target(target)

@@ -83,12 +83,16 @@ def parse_duration(text: str | int | float) -> int:
     if isinstance(text, bool):
         raise UnitError(f"{text!r} is not a duration; write a duration such as 4h")
     if isinstance(text, (int, float)):
-        raise UnitError(f"{text} has no unit; a duration needs a unit ({text}s, {text}m, {text}h...)")
+        raise UnitError(
+            f"{text} has no unit; a duration needs a unit ({text}s, {text}m, {text}h...)"
+        )
     m = _DURATION_RE.match(str(text))
     if not m:
         if _COMPOUND_DURATION_RE.match(str(text)):
             return _compound_duration(str(text))
-        raise UnitError(f"{text!r} is not a duration; write a number and a unit such as 4h or 2 days")
+        raise UnitError(
+            f"{text!r} is not a duration; write a number and a unit such as 4h or 2 days"
+        )
     number, unit = m.groups()
     if not unit:
         raise UnitError(
@@ -112,7 +116,9 @@ def _compound_duration(text: str) -> int:
                 f"unknown duration unit {unit!r}; use s, m/min, h/hour(s), d/day(s) or w/week(s)"
             )
         if previous and factor >= previous:
-            raise UnitError(f"{text.strip()!r}: in a duration of several parts, units must decrease (1h30m)")
+            raise UnitError(
+                f"{text.strip()!r}: in a duration of several parts, units must decrease (1h30m)"
+            )
         previous = factor
         total += Fraction(number) * factor
     return math.ceil(total)

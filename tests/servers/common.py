@@ -17,16 +17,32 @@ SLURM_ENV_PREFIXES = ("SBATCH_", "SALLOC_", "SRUN_", "SLURM_")
 
 def slurm_env() -> dict[str, str]:
     """The environment for Slurm commands: option variables removed, SLURM_CONF kept."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(SLURM_ENV_PREFIXES) or k == "SLURM_CONF"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(SLURM_ENV_PREFIXES) or k == "SLURM_CONF"
+    }
     env["SLURM_TIME_FORMAT"] = "%s"  # epoch seconds in sacct/squeue times
     return env
 
 
-def run_slurm(argv: Sequence[str], stdin: str | None = None, timeout: float = 30.0,
-              cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_slurm(
+    argv: Sequence[str],
+    stdin: str | None = None,
+    timeout: float = 30.0,
+    cwd: str | os.PathLike[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run one Slurm command (never raises for a non-zero exit)."""
-    return subprocess.run(list(argv), input=stdin, capture_output=True, text=True, env=slurm_env(),
-                          timeout=timeout, stdin=None if stdin is not None else subprocess.DEVNULL, cwd=cwd)
+    return subprocess.run(
+        list(argv),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=slurm_env(),
+        timeout=timeout,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+        cwd=cwd,
+    )
 
 
 class SlurmRow(dict):  # type: ignore[type-arg]
@@ -56,7 +72,14 @@ def query_jobs(ids: Sequence[str]) -> dict[str, SlurmRow]:
     out: dict[str, SlurmRow] = {}
     if not ids:
         return out
-    argv = ["sacct", "--noheader", "--parsable2", "--allocations", f"--format={SACCT_FIELDS}", "--jobs=" + ",".join(ids)]
+    argv = [
+        "sacct",
+        "--noheader",
+        "--parsable2",
+        "--allocations",
+        f"--format={SACCT_FIELDS}",
+        "--jobs=" + ",".join(ids),
+    ]
     r = run_slurm(argv)
     for _ in range(3):  # slurmdbd busy (the shared CI cluster): a failed query is not "no such job"
         if r.returncode == 0:
@@ -73,26 +96,70 @@ def query_jobs(ids: Sequence[str]) -> dict[str, SlurmRow]:
                 continue
             jid, name, state, code = parts[0], parts[1], parts[2], parts[3]
             rc, _, sig = code.partition(":")
-            out[jid] = SlurmRow(id=jid, name=name, state=state, exit=_int(rc) or 0, signal=_int(sig) or 0,
-                                start=_int(parts[4]), end=_int(parts[5]), elapsed=_int(parts[6]) or 0,
-                                limit=_int(parts[7]), partition=parts[8], account=parts[9], nodes=parts[10],
-                                user=parts[11], workdir=parts[12], reason="|".join(parts[13:]))
+            out[jid] = SlurmRow(
+                id=jid,
+                name=name,
+                state=state,
+                exit=_int(rc) or 0,
+                signal=_int(sig) or 0,
+                start=_int(parts[4]),
+                end=_int(parts[5]),
+                elapsed=_int(parts[6]) or 0,
+                limit=_int(parts[7]),
+                partition=parts[8],
+                account=parts[9],
+                nodes=parts[10],
+                user=parts[11],
+                workdir=parts[12],
+                reason="|".join(parts[13:]),
+            )
     missing = [i for i in ids if i not in out]
     if missing:
-        r = run_slurm(["squeue", "--noheader", "--states=all", "--format=%A|%T|%r|%j|%P|%a|%N|%u|%Z|%l",
-                       "--jobs=" + ",".join(missing)])
+        r = run_slurm(
+            [
+                "squeue",
+                "--noheader",
+                "--states=all",
+                "--format=%A|%T|%r|%j|%P|%a|%N|%u|%Z|%l",
+                "--jobs=" + ",".join(missing),
+            ]
+        )
         for line in r.stdout.splitlines():
             parts = line.split("|")
             if len(parts) < 10:
                 continue
-            out[parts[0]] = SlurmRow(id=parts[0], state=parts[1], reason=parts[2], name=parts[3], exit=0, signal=0,
-                                     start=None, end=None, elapsed=0, limit=None, partition=parts[4],
-                                     account=parts[5], nodes=parts[6], user=parts[7], workdir=parts[8])
+            out[parts[0]] = SlurmRow(
+                id=parts[0],
+                state=parts[1],
+                reason=parts[2],
+                name=parts[3],
+                exit=0,
+                signal=0,
+                start=None,
+                end=None,
+                elapsed=0,
+                limit=None,
+                partition=parts[4],
+                account=parts[5],
+                nodes=parts[6],
+                user=parts[7],
+                workdir=parts[8],
+            )
     return out
 
 
-FINAL_SLURM = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
-               "BOOT_FAIL", "DEADLINE", "REVOKED")
+FINAL_SLURM = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "PREEMPTED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REVOKED",
+)
 
 
 def slurm_final(state: str) -> bool:
@@ -167,8 +234,13 @@ DROP = 0
 class Response:
     """What a route returns: status, headers, body bytes (status ``DROP``: no answer)."""
 
-    def __init__(self, status: int, body: bytes | str | Any = b"", headers: Mapping[str, str] | None = None,
-                 content_type: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        body: bytes | str | Any = b"",
+        headers: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+    ) -> None:
         self.status = status
         self.headers = dict(headers or {})
         if isinstance(body, (bytes, bytearray)):
@@ -241,7 +313,9 @@ class LoopbackServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name=type(self).__name__, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, name=type(self).__name__, daemon=True
+        )
 
     def start(self) -> None:
         self.thread.start()
@@ -257,7 +331,9 @@ class LoopbackServer:
     def extra_headers(self, req: Request) -> dict[str, str]:
         return {}
 
-    def error(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
+    def error(
+        self, status: int, message: str, headers: Mapping[str, str] | None = None
+    ) -> Response:
         raise NotImplementedError
 
     def handle(self, req: Request) -> Response:

@@ -82,16 +82,26 @@ from .common import LoopbackServer, Request, Response, run_slurm, slurm_env
 APP_VERSION = "2.5.6"
 KID = "launchers-test-key"
 #: ``time_window`` values of ``GET jobs`` (from 2.5.7 on) and their ``sacct --starttime``
-TIME_WINDOWS = {"1h": "now-1hour", "8h": "now-8hours", "24h": "now-24hours", "3d": "now-3days", "7d": "now-7days"}
+TIME_WINDOWS = {
+    "1h": "now-1hour",
+    "8h": "now-8hours",
+    "24h": "now-24hours",
+    "3d": "now-3days",
+    "7d": "now-7days",
+}
 #: what firecREST answers when its SSH connection is refused (the repr of the OSError's args)
 SSH_REFUSED = "(111, \"Connect call failed ('127.0.0.1', 22)\")"
 #: sbatch refusals firecREST answers with 403 (accounting/QOS limits), as its QUOTA_ERROR_PATTERN
 QUOTA_ERROR = re.compile(r"\b(?:QOS|Assoc)(?:Max|Min)\w*Limit\b", re.IGNORECASE)
-SACCT_FORMAT = ("JobID,AllocNodes,Cluster,ExitCode,Group,Account,JobName,NodeList,Partition,Priority,State,"
-                "Reason,ElapsedRaw,Submit,Start,End,Suspended,TimelimitRaw,User,WorkDir")
-SQUEUE_FORMAT = ("JobID:|,NumNodes:|,Cluster:||,GroupName:|,Account:|,Name:|,NodeList:|,Partition:|,"
-                 "PriorityLong:|,State:|,Reason:|,TimeUsed:|,SubmitTime:|,StartTime:|,EndTime:||,TimeLimit:|,"
-                 "UserName:|,WorkDir:")
+SACCT_FORMAT = (
+    "JobID,AllocNodes,Cluster,ExitCode,Group,Account,JobName,NodeList,Partition,Priority,State,"
+    "Reason,ElapsedRaw,Submit,Start,End,Suspended,TimelimitRaw,User,WorkDir"
+)
+SQUEUE_FORMAT = (
+    "JobID:|,NumNodes:|,Cluster:||,GroupName:|,Account:|,Name:|,NodeList:|,Partition:|,"
+    "PriorityLong:|,State:|,Reason:|,TimeUsed:|,SubmitTime:|,StartTime:|,EndTime:||,TimeLimit:|,"
+    "UserName:|,WorkDir:"
+)
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -115,8 +125,13 @@ class Failed(Exception):
 class FirecrestServer(LoopbackServer):
     """``/auth/token`` + the v2 API for one system ``machine`` whose file system is ``root``."""
 
-    def __init__(self, root: Path, clients: dict[str, tuple[str, str]], machine: str = "cluster",
-                 max_ops_file_size: int = 5 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        root: Path,
+        clients: dict[str, tuple[str, str]],
+        machine: str = "cluster",
+        max_ops_file_size: int = 5 * 1024 * 1024,
+    ) -> None:
         super().__init__()
         self.root = Path(root)
         self.home = self.root / "home"
@@ -165,7 +180,9 @@ class FirecrestServer(LoopbackServer):
         self.s3_ttl = 3600
         self.s3_root = self.root.with_name(self.root.name + "-s3")
         self._s3_key = os.urandom(32)
-        self.multipart: dict[str, dict[str, Any]] = {}  # upload id -> {bucket, key, parts: {n: etag}}
+        self.multipart: dict[
+            str, dict[str, Any]
+        ] = {}  # upload id -> {bucket, key, parts: {n: etag}}
         self.transfer_jobs: list[str] = []
         handler = self.httpd.RequestHandlerClass
         handler.do_HEAD = lambda h: h._serve("HEAD")  # type: ignore[attr-defined]  # S3 HEAD object
@@ -190,10 +207,18 @@ class FirecrestServer(LoopbackServer):
             out["x-request-id"] = rid
         return out
 
-    def error(self, status: int, message: str, headers: Mapping[str, str] | None = None,
-              kind: str = "error") -> Response:
-        return Response(status, {"errorType": kind, "message": message, "causedBy": None, "data": None,
-                                 "user": None}, headers)
+    def error(
+        self,
+        status: int,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+        kind: str = "error",
+    ) -> Response:
+        return Response(
+            status,
+            {"errorType": kind, "message": message, "causedBy": None, "data": None, "user": None},
+            headers,
+        )
 
     # -- the site's SSH and the health checks ----------------------------------------------------
 
@@ -231,8 +256,13 @@ class FirecrestServer(LoopbackServer):
         500 while SSH refuses connections."""
         if not self.healthy():
             if service == "scheduler":
-                raise Failed(503, f"The scheduler service for the requested system ({self.machine}) is unhealthy.")
-            raise Failed(503, f"The ssh service for the requested system ({self.machine}) is unhealthy.")
+                raise Failed(
+                    503,
+                    f"The scheduler service for the requested system ({self.machine}) is unhealthy.",
+                )
+            raise Failed(
+                503, f"The ssh service for the requested system ({self.machine}) is unhealthy."
+            )
         with self.lock:
             up = self._ssh_up
         if not up:
@@ -241,7 +271,9 @@ class FirecrestServer(LoopbackServer):
     # -- tokens --------------------------------------------------------------------------------
 
     def issue(self, req: Request) -> Response:
-        form = {k: v for k, v in (p.split("=", 1) for p in req.body.decode().split("&") if "=" in p)}
+        form = {
+            k: v for k, v in (p.split("=", 1) for p in req.body.decode().split("&") if "=" in p)
+        }
         from urllib.parse import unquote_plus
 
         form = {k: unquote_plus(v) for k, v in form.items()}
@@ -249,23 +281,35 @@ class FirecrestServer(LoopbackServer):
         auth = req.headers.get("Authorization") or ""
         if auth.startswith("Basic "):
             cid, _, secret = base64.b64decode(auth[6:]).decode().partition(":")
-        if form.get("grant_type") != "client_credentials" or cid not in self.clients or self.clients[cid][0] != secret:
+        if (
+            form.get("grant_type") != "client_credentials"
+            or cid not in self.clients
+            or self.clients[cid][0] != secret
+        ):
             return Response(401, {"error": "invalid_client"})
         now = int(time.time())
         user = self.clients[cid][1]
-        claims = {"sub": str(uuid.uuid4()), "preferred_username": user, "iat": now, "exp": now + self.token_lifetime}
+        claims = {
+            "sub": str(uuid.uuid4()),
+            "preferred_username": user,
+            "iat": now,
+            "exp": now + self.token_lifetime,
+        }
         token = jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": KID})
         with self.lock:
             self.tokens_issued += 1
-        return Response(200, {"access_token": token, "expires_in": self.token_lifetime, "token_type": "Bearer"})
+        return Response(
+            200, {"access_token": token, "expires_in": self.token_lifetime, "token_type": "Bearer"}
+        )
 
     def user_of(self, req: Request) -> tuple[str | None, str]:
         auth = req.headers.get("Authorization") or ""
         if not auth.startswith("Bearer "):
             return None, "Not authenticated"
         try:
-            claims = jwt.decode(auth[7:], self.key.public_key(), algorithms=["RS256"],
-                                options={"verify_aud": False})
+            claims = jwt.decode(
+                auth[7:], self.key.public_key(), algorithms=["RS256"], options={"verify_aud": False}
+            )
         except jwt.ExpiredSignatureError:
             return None, "Access token expired"
         except jwt.InvalidTokenError:
@@ -294,17 +338,29 @@ class FirecrestServer(LoopbackServer):
         parts = req.path.strip("/").split("/")
         if parts == ["status", "systems"]:
             return Response(200, {"systems": [self.system()]})
-        if len(parts) < 3 or (parts[1] != self.machine and parts[0] in ("filesystem", "compute", "status")):
+        if len(parts) < 3 or (
+            parts[1] != self.machine and parts[0] in ("filesystem", "compute", "status")
+        ):
             return self.error(404, "System not found")
         if parts[0] == "status" and parts[2:] == ["userinfo"]:
             self.gate("ssh")
-            return Response(200, {"user": {"id": "0", "name": user}, "group": {"id": "0", "name": "users"},
-                                  "groups": [{"id": "0", "name": "users"}],
-                                  "accounts": [{"name": "root", "default": True}]})
+            return Response(
+                200,
+                {
+                    "user": {"id": "0", "name": user},
+                    "group": {"id": "0", "name": "users"},
+                    "groups": [{"id": "0", "name": "users"}],
+                    "accounts": [{"name": "root", "default": True}],
+                },
+            )
         if parts[0] == "filesystem" and len(parts) == 4 and parts[2] == "ops":
             self.gate("ssh")
             return self.filesystem(req, parts[3])
-        if parts[0] == "filesystem" and parts[2:] == ["transfer", "upload"] and req.method == "POST":
+        if (
+            parts[0] == "filesystem"
+            and parts[2:] == ["transfer", "upload"]
+            and req.method == "POST"
+        ):
             self.gate("scheduler")
             return self.transfer_upload(req, user)
         if parts[0] == "compute" and parts[2] == "jobs":
@@ -315,16 +371,33 @@ class FirecrestServer(LoopbackServer):
     def system(self) -> dict[str, Any]:
         healthy = self.healthy()
         checked = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._checked_at))
-        health = [{"serviceType": "scheduler", "healthy": healthy, "lastChecked": checked},
-                  {"serviceType": "ssh", "healthy": healthy, "lastChecked": checked}]
-        health += [{"serviceType": "filesystem", "healthy": healthy, "lastChecked": checked, "path": str(p)}
-                   for p in (self.home, self.scratch)]
-        return {"name": self.machine, "scheduler": {"type": "slurm", "version": "22.05.8"},
-                "fileSystems": [{"path": str(self.home), "dataType": "users", "defaultWorkDir": False},
-                                {"path": str(self.scratch), "dataType": "scratch", "defaultWorkDir": True}],
-                "dataOperation": {"max_ops_file_size": self.max_ops_file_size, "data_transfer": self.data_transfer},
-                "probing": {"interval": self.health_interval},
-                "servicesHealth": health}
+        health = [
+            {"serviceType": "scheduler", "healthy": healthy, "lastChecked": checked},
+            {"serviceType": "ssh", "healthy": healthy, "lastChecked": checked},
+        ]
+        health += [
+            {
+                "serviceType": "filesystem",
+                "healthy": healthy,
+                "lastChecked": checked,
+                "path": str(p),
+            }
+            for p in (self.home, self.scratch)
+        ]
+        return {
+            "name": self.machine,
+            "scheduler": {"type": "slurm", "version": "22.05.8"},
+            "fileSystems": [
+                {"path": str(self.home), "dataType": "users", "defaultWorkDir": False},
+                {"path": str(self.scratch), "dataType": "scratch", "defaultWorkDir": True},
+            ],
+            "dataOperation": {
+                "max_ops_file_size": self.max_ops_file_size,
+                "data_transfer": self.data_transfer,
+            },
+            "probing": {"interval": self.health_interval},
+            "servicesHealth": health,
+        }
 
     # -- commands over "SSH" ---------------------------------------------------------------------
 
@@ -334,8 +407,14 @@ class FirecrestServer(LoopbackServer):
         ``max_ops_file_size`` bytes or more refused (413), decoded as UTF-8 with replacement."""
         with self.lock:
             self.commands.append(command)
-        proc = subprocess.Popen(["bash", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=slurm_env(), start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=slurm_env(),
+            start_new_session=True,
+        )
         assert proc.stdin is not None
         # firecREST's own timeout runs from before the SSH channel opens: it fires just before the
         # command's ``timeout`` (whose 124 would be 408 as well, with another message)
@@ -353,7 +432,11 @@ class FirecrestServer(LoopbackServer):
                 proc.stdin.close()
         if len(out) >= self.max_ops_file_size or len(err) >= self.max_ops_file_size:
             raise Failed(413, "Command output exceeded buffer limit.")
-        return out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace"), proc.returncode
+        return (
+            out.decode("utf-8", errors="replace"),
+            err.decode("utf-8", errors="replace"),
+            proc.returncode,
+        )
 
     def checked(self, command: str, stdin: bytes | None = None) -> str:
         """``remote(command)``'s stdout, or its failure mapped as firecREST's error handling."""
@@ -388,9 +471,15 @@ class FirecrestServer(LoopbackServer):
         if not posixpath.isabs(text):
             raise Failed(400, f"The provided path ({text}) is not an absolute path.")
         norm = posixpath.normpath(text)
-        if not any(norm == str(fs) or norm.startswith(str(fs).rstrip("/") + "/") for fs in self.file_systems()):
-            raise Failed(400, f"The provided path ({norm}) does not match any of the defined filesystem paths "
-                              f"for the requested system ({self.machine}).")
+        if not any(
+            norm == str(fs) or norm.startswith(str(fs).rstrip("/") + "/")
+            for fs in self.file_systems()
+        ):
+            raise Failed(
+                400,
+                f"The provided path ({norm}) does not match any of the defined filesystem paths "
+                f"for the requested system ({self.machine}).",
+            )
         return text
 
     def _path(self, text: str | None) -> Path | Response:
@@ -408,8 +497,10 @@ class FirecrestServer(LoopbackServer):
             body = req.json() or {}
             p = self.fs_path(body.get("sourcePath") or body.get("source_path"))
             parent = "-p " if body.get("parent") else ""
-            self.checked(f"{t} mkdir {parent} -- '{p}' && {t} ls -l --quoting-style=c "
-                         f"--time-style='+%Y-%m-%dT%H:%M:%S' -d -- '{p}'")
+            self.checked(
+                f"{t} mkdir {parent} -- '{p}' && {t} ls -l --quoting-style=c "
+                f"--time-style='+%Y-%m-%dT%H:%M:%S' -d -- '{p}'"
+            )
             return Response(201, {"output": _ls_entry(Path(p), p, False, False)})
         if op == "upload" and req.method == "POST":
             return self.upload(req)
@@ -422,13 +513,19 @@ class FirecrestServer(LoopbackServer):
             out = self.checked(f"{t} stat {follow} -c '%f %i %d %h %u %g %s %X %Y %Z' -- '{p}'")
             keys = ("mode", "ino", "dev", "nlink", "uid", "gid", "size", "atime", "mtime", "ctime")
             values = dict(zip(keys, out.split(), strict=True))
-            return Response(200, {"output": {k: int(v, 16) if k == "mode" else int(v) for k, v in values.items()}})
+            return Response(
+                200,
+                {"output": {k: int(v, 16) if k == "mode" else int(v) for k, v in values.items()}},
+            )
         if op == "view":
             return self.view(req, p)
         if op == "ls":
             # ``ls -l [-A] [-R] [-L] [--numeric-uid-gid]``, parsed as firecREST does: a directory's
             # entries (recursive: those of subdirectories named ``sub/inner``), a file's own entry
-            hidden, recursive = _flag(req.query.get("showHidden")), _flag(req.query.get("recursive"))
+            hidden, recursive = (
+                _flag(req.query.get("showHidden")),
+                _flag(req.query.get("recursive")),
+            )
             numeric, deref = _flag(req.query.get("numericUid")), _flag(req.query.get("dereference"))
             options = "-l --quoting-style=c --time-style='+%Y-%m-%dT%H:%M:%S' "
             options += ("-A " if hidden else "") + ("--numeric-uid-gid " if numeric else "")
@@ -456,7 +553,11 @@ class FirecrestServer(LoopbackServer):
         if self.faults.upload_should_fail():
             raise Failed(500, "injected upload failure")
         msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-            b"Content-Type: " + (req.headers.get("Content-Type") or "").encode() + b"\r\n\r\n" + req.body)
+            b"Content-Type: "
+            + (req.headers.get("Content-Type") or "").encode()
+            + b"\r\n\r\n"
+            + req.body
+        )
         for part in msg.iter_parts():
             if part.get_param("name", header="content-disposition") == "file":
                 name = part.get_filename() or "upload"
@@ -464,7 +565,9 @@ class FirecrestServer(LoopbackServer):
                 data = payload if isinstance(payload, bytes) else b""
                 if len(data) > self.max_ops_file_size:  # the file itself, exactly
                     raise Failed(413, "File to upload is too large.")
-                self.checked(f"{self.timeout_prefix()} base64 -d > '{d}/{name}'", base64.b64encode(data))
+                self.checked(
+                    f"{self.timeout_prefix()} base64 -d > '{d}/{name}'", base64.b64encode(data)
+                )
                 return Response(204)
         raise Failed(400, "1 validation error/s occurred: Field required", kind="validation")
 
@@ -472,16 +575,20 @@ class FirecrestServer(LoopbackServer):
         """``ops/view``: ``dd`` of two blocks of ``size`` bytes from the block holding ``offset``,
         decoded, then ``size`` *characters* from ``offset % size`` (firecREST's DdCommand)."""
         offset = _int_param(req.query.get("offset"), "offset", 0)
-        size = _int_param(req.query.get("size"), "size", 5 * 1024 * 1024)  # firecREST's default: 5 MiB
+        size = _int_param(
+            req.query.get("size"), "size", 5 * 1024 * 1024
+        )  # firecREST's default: 5 MiB
         if offset < 0:
             raise Failed(400, "`offset` value must be an integer value equal or greater than 0")
         if size <= 0:
             raise Failed(400, "`size` value must be an integer value greater than 0")
         if size > self.max_ops_file_size:
             raise Failed(400, f"`size` value must be less than {self.max_ops_file_size} bytes")
-        out = self.checked(f"{self.timeout_prefix()} dd if='{p}' bs={size} skip={offset // size} count=2")
+        out = self.checked(
+            f"{self.timeout_prefix()} dd if='{p}' bs={size} skip={offset // size} count=2"
+        )
         i = offset % size
-        return Response(200, {"output": out[i:i + size]})
+        return Response(200, {"output": out[i : i + size]})
 
     def tail(self, req: Request, p: str) -> Response:
         """``tail --lines=N`` / ``--bytes=N`` (``+N`` with ``skipHeading``), answered as firecREST v2."""
@@ -503,8 +610,17 @@ class FirecrestServer(LoopbackServer):
             start = int(lines) if skip else -int(lines)
         elif nbytes is not None:
             start = int(nbytes) if skip else -int(nbytes)
-        return Response(200, {"output": {"content": out, "contentType": "bytes" if nbytes else "lines",
-                                         "startPosition": start, "endPosition": -1}})
+        return Response(
+            200,
+            {
+                "output": {
+                    "content": out,
+                    "contentType": "bytes" if nbytes else "lines",
+                    "startPosition": start,
+                    "endPosition": -1,
+                }
+            },
+        )
 
     # -- staged transfers (S3 multipart, firecREST v2's ``s3`` data transfer) ---------------------
 
@@ -525,24 +641,40 @@ class FirecrestServer(LoopbackServer):
         if method != self.data_transfer.get("service_type"):
             return self.error(400, "Requested transfer method is not available.")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            return self.error(400, "transfer_directives.file_size: Input should be a valid integer",
-                              kind="validation")
+            return self.error(
+                400,
+                "transfer_directives.file_size: Input should be a valid integer",
+                kind="validation",
+            )
         target = Path(self.fs_path(body.get("path")))
         work = self.scratch / user
-        work.mkdir(parents=True, exist_ok=True)  # the user's directory of the default work file system
+        work.mkdir(
+            parents=True, exist_ok=True
+        )  # the user's directory of the default work file system
         bucket, key = user, f"{uuid.uuid4()}/{target.name}"
         upload_id = uuid.uuid4().hex
         with self.lock:
             self.multipart[upload_id] = {"bucket": bucket, "key": key, "parts": {}}
         obj = f"/s3/{quote(bucket)}/{quote(key)}"
-        parts = [self.presign("PUT", obj, {"partNumber": str(n), "uploadId": upload_id})
-                 for n in range(1, max(1, math.ceil(size / self.max_part_size)) + 1)]
+        parts = [
+            self.presign("PUT", obj, {"partNumber": str(n), "uploadId": upload_id})
+            for n in range(1, max(1, math.ceil(size / self.max_part_size)) + 1)
+        ]
         complete = self.presign("POST", obj, {"uploadId": upload_id})
         head, get = self.presign("HEAD", obj, {}), self.presign("GET", obj, {})
         unique = uuid.uuid4()
-        out, err = f"{work}/.f7t_file_handling_job_{unique}.log", f"{work}/.f7t_file_handling_job_error_{unique}.log"
-        job = {"name": "IngressFileTransfer", "working_directory": str(work), "standard_input": "/dev/null",
-               "standard_output": out, "standard_error": err, "env": {"PATH": "/bin:/usr/bin/:/usr/local/bin/"}}
+        out, err = (
+            f"{work}/.f7t_file_handling_job_{unique}.log",
+            f"{work}/.f7t_file_handling_job_error_{unique}.log",
+        )
+        job = {
+            "name": "IngressFileTransfer",
+            "working_directory": str(work),
+            "standard_input": "/dev/null",
+            "standard_output": out,
+            "standard_error": err,
+            "env": {"PATH": "/bin:/usr/bin/:/usr/local/bin/"},
+        }
         if body.get("account"):
             job["account"] = body["account"]
         result = self.sbatch(job, str(work), self._ingress_script(head, get, str(target)))
@@ -550,13 +682,24 @@ class FirecrestServer(LoopbackServer):
             return result
         with self.lock:
             self.transfer_jobs.append(result)
-        return Response(201, {
-            "transferJob": {"jobId": int(result), "system": self.machine, "workingDirectory": str(work),
-                            "logs": {"outputLog": out, "errorLog": err}},
-            "transferDirectives": {"transferMethod": method, "partsUploadUrls": parts,
-                                   "completeUploadUrl": complete, "maxPartSize": self.max_part_size,
-                                   "fileSize": size},
-        })
+        return Response(
+            201,
+            {
+                "transferJob": {
+                    "jobId": int(result),
+                    "system": self.machine,
+                    "workingDirectory": str(work),
+                    "logs": {"outputLog": out, "errorLog": err},
+                },
+                "transferDirectives": {
+                    "transferMethod": method,
+                    "partsUploadUrls": parts,
+                    "completeUploadUrl": complete,
+                    "maxPartSize": self.max_part_size,
+                    "fileSize": size,
+                },
+            },
+        )
 
     def _ingress_script(self, head_url: str, get_url: str, target: str) -> str:
         """The transfer job: wait for the object, fetch it in ranges, move it to ``target``."""
@@ -608,7 +751,9 @@ exit 1
         return f"{self.root_url}{path}?{urlencode(query)}"
 
     def _signature(self, method: str, path: str, query: dict[str, str]) -> str:
-        text = "\n".join([method, path, *(f"{k}={query[k]}" for k in sorted(query) if k != "Signature")])
+        text = "\n".join(
+            [method, path, *(f"{k}={query[k]}" for k in sorted(query) if k != "Signature")]
+        )
         return hmac.new(self._s3_key, text.encode(), hashlib.sha256).hexdigest()
 
     @staticmethod
@@ -624,10 +769,12 @@ exit 1
         signed_as = "HEAD" if req.method == "HEAD" else method
         sig = req.query.get("Signature", "")
         if not hmac.compare_digest(sig, self._signature(signed_as, req.path, req.query)):
-            return self.s3_error(403, "SignatureDoesNotMatch", "The request signature does not match")
+            return self.s3_error(
+                403, "SignatureDoesNotMatch", "The request signature does not match"
+            )
         if int(req.query.get("Expires") or 0) < time.time():
             return self.s3_error(403, "AccessDenied", "Request has expired")
-        bucket, _, key = unquote(req.path[len("/s3/"):]).partition("/")
+        bucket, _, key = unquote(req.path[len("/s3/") :]).partition("/")
         upload_id = req.query.get("uploadId")
         if upload_id is not None:
             with self.lock:
@@ -654,34 +801,51 @@ exit 1
         data = obj.read_bytes()
         rng = req.headers.get("Range")
         if not rng:
-            return Response(200, data, {"ETag": '"' + hashlib.md5(data).hexdigest() + '"', "Accept-Ranges": "bytes"})
+            return Response(
+                200,
+                data,
+                {"ETag": '"' + hashlib.md5(data).hexdigest() + '"', "Accept-Ranges": "bytes"},
+            )
         spec = rng.removeprefix("bytes=")
         first_text, _, last_text = spec.partition("-")
         first = int(first_text) if first_text else max(0, len(data) - int(last_text))
         last = min(int(last_text), len(data) - 1) if first_text and last_text else len(data) - 1
         if first >= len(data) or first > last:
             return self.s3_error(416, "InvalidRange", "The requested range is not satisfiable")
-        return Response(206, data[first:last + 1], {"Content-Range": f"bytes {first}-{last}/{len(data)}",
-                                                     "Accept-Ranges": "bytes"})
+        return Response(
+            206,
+            data[first : last + 1],
+            {"Content-Range": f"bytes {first}-{last}/{len(data)}", "Accept-Ranges": "bytes"},
+        )
 
-    def _complete(self, upload_id: str, upload: dict[str, Any], staging: Path, body: bytes) -> Response:
+    def _complete(
+        self, upload_id: str, upload: dict[str, Any], staging: Path, body: bytes
+    ) -> Response:
         """CompleteMultipartUpload: the listed parts, in order, with their ETags, become the object."""
         try:
             root = ET.fromstring(body)
         except ET.ParseError:
             return self.s3_error(400, "MalformedXML", "The XML you provided was not well-formed")
         ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
-        listed = [(int(p.findtext("s3:PartNumber", namespaces=ns) or p.findtext("PartNumber") or 0),
-                   p.findtext("s3:ETag", namespaces=ns) or p.findtext("ETag") or "")
-                  for p in root.findall("s3:Part", ns) + root.findall("Part")]
+        listed = [
+            (
+                int(p.findtext("s3:PartNumber", namespaces=ns) or p.findtext("PartNumber") or 0),
+                p.findtext("s3:ETag", namespaces=ns) or p.findtext("ETag") or "",
+            )
+            for p in root.findall("s3:Part", ns) + root.findall("Part")
+        ]
         if not listed:
             return self.s3_error(400, "MalformedXML", "The XML you provided was not well-formed")
         numbers = [n for n, _ in listed]
         if numbers != sorted(numbers) or len(set(numbers)) != len(numbers):
-            return self.s3_error(400, "InvalidPartOrder", "The list of parts was not in ascending order.")
+            return self.s3_error(
+                400, "InvalidPartOrder", "The list of parts was not in ascending order."
+            )
         for n, etag in listed:
             if upload["parts"].get(n) != etag:
-                return self.s3_error(400, "InvalidPart", f"Part {n} was not uploaded or its ETag does not match")
+                return self.s3_error(
+                    400, "InvalidPart", f"Part {n} was not uploaded or its ETag does not match"
+                )
         obj = self.s3_root / "objects" / upload["bucket"] / upload["key"]
         obj.parent.mkdir(parents=True, exist_ok=True)
         tmp = obj.with_name(obj.name + ".assembling")
@@ -693,12 +857,13 @@ exit 1
         with self.lock:
             self.multipart.pop(upload_id, None)
         etag = '"' + hashlib.md5(obj.read_bytes()).hexdigest() + f'-{len(numbers)}"'
-        xml = ('<?xml version="1.0" encoding="UTF-8"?>\n<CompleteMultipartUploadResult '
-               'xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
-               f"<Bucket>{upload['bucket']}</Bucket><Key>{upload['key']}</Key><ETag>{etag}</ETag>"
-               "</CompleteMultipartUploadResult>")
+        xml = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n<CompleteMultipartUploadResult '
+            'xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+            f"<Bucket>{upload['bucket']}</Bucket><Key>{upload['key']}</Key><ETag>{etag}</ETag>"
+            "</CompleteMultipartUploadResult>"
+        )
         return Response(200, xml, content_type="application/xml")
-
 
     # -- compute -------------------------------------------------------------------------------
 
@@ -708,8 +873,11 @@ exit 1
         if jid is None and req.method == "GET":
             return Response(200, {"jobs": self.list_jobs(req)})
         if not re.fullmatch(r"[a-zA-Z0-9]+", jid or ""):
-            raise Failed(400, f"1 validation error/s occurred: job_id {jid!r} should match pattern '^[a-zA-Z0-9]+$'",
-                         kind="validation")
+            raise Failed(
+                400,
+                f"1 validation error/s occurred: job_id {jid!r} should match pattern '^[a-zA-Z0-9]+$'",
+                kind="validation",
+            )
         assert jid is not None
         if req.method == "GET":
             with self.lock:
@@ -723,7 +891,10 @@ exit 1
         if req.method == "DELETE":
             r = run_slurm(["scancel", "--verbose", jid], timeout=self.command_timeout + 30)
             if r.returncode != 0 or re.search(".+error:.*", r.stderr, re.IGNORECASE):
-                raise Failed(500, f"Unexpected Slurm command response. exit_status:{r.returncode} std_err:{r.stderr}")
+                raise Failed(
+                    500,
+                    f"Unexpected Slurm command response. exit_status:{r.returncode} std_err:{r.stderr}",
+                )
             return Response(204)
         return self.error(405, "Method Not Allowed")
 
@@ -736,27 +907,49 @@ exit 1
             name = req.query.get("name") or None
             text = req.query.get("time_window") or "24h"
             if text not in TIME_WINDOWS:
-                raise Failed(400, f"1 validation error/s occurred: time_window: Input should be "
-                                  f"{', '.join(repr(k) for k in TIME_WINDOWS)}", kind="validation")
+                raise Failed(
+                    400,
+                    f"1 validation error/s occurred: time_window: Input should be "
+                    f"{', '.join(repr(k) for k in TIME_WINDOWS)}",
+                    kind="validation",
+                )
             window = TIME_WINDOWS[text]
         allusers = _flag(req.query.get("allusers"))
-        jobs = self.slurm_jobs(name=name, window=window, allusers=allusers, account=req.query.get("account") or None)
+        jobs = self.slurm_jobs(
+            name=name, window=window, allusers=allusers, account=req.query.get("account") or None
+        )
         now = time.time()
         with self.lock:
             hidden = {i for i, t in self.jobs.items() if now - t < self.visibility_delay}
         return [j for j in jobs if j["jobId"] not in hidden]
 
-    def slurm_jobs(self, *, ids: Sequence[str] = (), name: str | None = None, window: str | None = None,
-                   allusers: bool = False, account: str | None = None) -> list[dict[str, Any]]:
+    def slurm_jobs(
+        self,
+        *,
+        ids: Sequence[str] = (),
+        name: str | None = None,
+        window: str | None = None,
+        allusers: bool = False,
+        account: str | None = None,
+    ) -> list[dict[str, Any]]:
         """sacct then squeue as firecREST's Slurm CLI client runs them; a PENDING squeue row
         replaces sacct's. A failed command is 500 ``Error executing Slurm command.``"""
-        sacct = ["sacct"] + (["--allusers"] if allusers else []) + ([f"--account={account}"] if account else [])
+        sacct = (
+            ["sacct"]
+            + (["--allusers"] if allusers else [])
+            + ([f"--account={account}"] if account else [])
+        )
         sacct += [f"--name={name}"] if name else []
         sacct += [f"--jobs={','.join(ids)}"] if ids else [f"--starttime={window or 'now-7days'}"]
         sacct += ["--parsable2", "--noheader", f"--format={SACCT_FORMAT}"]
         squeue = ["squeue"] + ([] if allusers else [f"--user={self.unix_user}"])
-        squeue += ([f"--account={account}"] if account else []) + ([f"--name={name}"] if name else [])
-        squeue += ([f"--jobs={','.join(ids)}"] if ids else []) + ["--noheader", f"--Format={SQUEUE_FORMAT}"]
+        squeue += ([f"--account={account}"] if account else []) + (
+            [f"--name={name}"] if name else []
+        )
+        squeue += ([f"--jobs={','.join(ids)}"] if ids else []) + [
+            "--noheader",
+            f"--Format={SQUEUE_FORMAT}",
+        ]
         jobs: dict[str, dict[str, Any]] = {}
         for argv in (sacct, squeue):
             with self.lock:
@@ -775,14 +968,19 @@ exit 1
         body = req.json() or {}
         job = body.get("job") if isinstance(body, dict) else None
         if not isinstance(job, dict):
-            raise Failed(400, "1 validation error/s occurred: job: Field required", kind="validation")
+            raise Failed(
+                400, "1 validation error/s occurred: job: Field required", kind="validation"
+            )
         self.submitted_bodies.append(job)
         wd = job.get("working_directory", job.get("workingDirectory"))
         script = job.get("script")
         script_path = job.get("scriptPath", job.get("script_path"))
         if not wd or (script is None and not script_path):
-            raise Failed(400, "1 validation error/s occurred: working_directory and script are required",
-                         kind="validation")
+            raise Failed(
+                400,
+                "1 validation error/s occurred: working_directory and script are required",
+                kind="validation",
+            )
         result = self.sbatch(job, str(wd), script)
         if isinstance(result, Response):
             return result
@@ -795,13 +993,19 @@ exit 1
         env = {"F7T_version": "v2.0.0"} if env is None else env
         export = ",".join(f"{k}={v}" for k, v in env.items())
         argv = ["sbatch", f"--export=ALL,{export}", f"--chdir={wd}"]
-        for key, opt in (("partition", "partition"), ("reservation", "reservation"), ("account", "account"),
-                         ("name", "job-name")):
+        for key, opt in (
+            ("partition", "partition"),
+            ("reservation", "reservation"),
+            ("account", "account"),
+            ("name", "job-name"),
+        ):
             if job.get(key):
                 argv.append(f"--{opt}={job[key]}")
-        for key, alt, opt in (("standardError", "standard_error", "error"),
-                              ("standardOutput", "standard_output", "output"),
-                              ("standardInput", "standard_input", "input")):
+        for key, alt, opt in (
+            ("standardError", "standard_error", "error"),
+            ("standardOutput", "standard_output", "output"),
+            ("standardInput", "standard_input", "input"),
+        ):
             if job.get(key) or job.get(alt):
                 argv.append(f"--{opt}={job.get(key) or job.get(alt)}")
         if job.get("constraints"):
@@ -811,8 +1015,14 @@ exit 1
             argv += ["--", str(script_path)]
         if self.slow_sbatch:
             argv = ["bash", "-c", f'sleep {self.slow_sbatch:g}; exec "$0" "$@"', *argv]
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=slurm_env(), text=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=slurm_env(),
+            text=True,
+        )
         try:
             out, err = proc.communicate(script or "", timeout=self.command_timeout)
         except subprocess.TimeoutExpired:
@@ -820,8 +1030,14 @@ exit 1
             raise Failed(408, "Command execution timeout limit exceeded.") from None
         if proc.returncode != 0:
             if QUOTA_ERROR.search(err):
-                raise Failed(403, f"Job submission rejected: accounting/QOS policy limit exceeded. {err.strip()}")
-            raise Failed(500, f"Unexpected Slurm command response. exit_status:{proc.returncode} std_err:{err}")
+                raise Failed(
+                    403,
+                    f"Job submission rejected: accounting/QOS policy limit exceeded. {err.strip()}",
+                )
+            raise Failed(
+                500,
+                f"Unexpected Slurm command response. exit_status:{proc.returncode} std_err:{err}",
+            )
         found = re.search("Submitted batch job ([0-9]+)", out, re.IGNORECASE)
         if not found:
             raise Failed(500, "Unable to submit new job")
@@ -849,8 +1065,11 @@ def _timestr_seconds(text: str, minutes: bool = False) -> int | None:
         return int(text) * 60 if minutes else int(text)
     except ValueError:
         pass
-    for pattern, scale in ((r"(\d+):(\d{2}):(\d{2})", (3600, 60, 1)), (r"(\d+)-(\d{2}):(\d{2}):(\d{2})", (86400, 3600, 60, 1)),
-                           (r"(\d+):(\d{2})", (60, 1))):
+    for pattern, scale in (
+        (r"(\d+):(\d{2}):(\d{2})", (3600, 60, 1)),
+        (r"(\d+)-(\d{2}):(\d{2}):(\d{2})", (86400, 3600, 60, 1)),
+        (r"(\d+):(\d{2})", (60, 1)),
+    ):
         m = re.fullmatch(pattern, text)
         if m:
             return sum(int(g) * s for g, s in zip(m.groups(), scale, strict=True))
@@ -883,24 +1102,53 @@ def parse_slurm_rows(stdout: str) -> list[dict[str, Any]]:
         if "." in f[0]:
             main, _ = f[0].split(".", 1)
             if main in jobs:
-                jobs[main]["tasks"].append({
-                    "id": f[0], "name": f[6],
-                    "status": {"state": f[10], "stateReason": None, "exitCode": code, "interruptSignal": signal},
-                    "time": {"elapsed": int(f[12]) if f[12] else None, "start": _timestamp(f[14]),
-                             "end": _timestamp(f[15]), "suspended": _timestr_seconds(f[16]),
-                             "limit": int(f[17]) if f[17] else None},
-                })
+                jobs[main]["tasks"].append(
+                    {
+                        "id": f[0],
+                        "name": f[6],
+                        "status": {
+                            "state": f[10],
+                            "stateReason": None,
+                            "exitCode": code,
+                            "interruptSignal": signal,
+                        },
+                        "time": {
+                            "elapsed": int(f[12]) if f[12] else None,
+                            "start": _timestamp(f[14]),
+                            "end": _timestamp(f[15]),
+                            "suspended": _timestr_seconds(f[16]),
+                            "limit": int(f[17]) if f[17] else None,
+                        },
+                    }
+                )
             continue
         jobs[f[0]] = {
-            "jobId": f[0], "name": f[6],
-            "status": {"state": f[10], "stateReason": f[11], "exitCode": code, "interruptSignal": signal},
+            "jobId": f[0],
+            "name": f[6],
+            "status": {
+                "state": f[10],
+                "stateReason": f[11],
+                "exitCode": code,
+                "interruptSignal": signal,
+            },
             "tasks": [],
-            "time": {"elapsed": _timestr_seconds(f[12]) if f[12] else None, "start": _timestamp(f[14]),
-                     "end": _timestamp(f[15]), "suspended": _timestr_seconds(f[16]),
-                     "limit": _timestr_seconds(f[17], minutes=True) if f[17] else None},
-            "account": f[5], "allocationNodes": int(f[1]) if f[1].isdigit() else 0, "cluster": f[2],
-            "group": f[4], "nodes": f[7], "partition": f[8], "killRequestUser": None, "user": f[18],
-            "workingDirectory": f[19], "priority": int(f[9]) if f[9].lstrip("-").isdigit() else None,
+            "time": {
+                "elapsed": _timestr_seconds(f[12]) if f[12] else None,
+                "start": _timestamp(f[14]),
+                "end": _timestamp(f[15]),
+                "suspended": _timestr_seconds(f[16]),
+                "limit": _timestr_seconds(f[17], minutes=True) if f[17] else None,
+            },
+            "account": f[5],
+            "allocationNodes": int(f[1]) if f[1].isdigit() else 0,
+            "cluster": f[2],
+            "group": f[4],
+            "nodes": f[7],
+            "partition": f[8],
+            "killRequestUser": None,
+            "user": f[18],
+            "workingDirectory": f[19],
+            "priority": int(f[9]) if f[9].lstrip("-").isdigit() else None,
         }
     return list(jobs.values())
 
@@ -913,8 +1161,10 @@ def _communicate_open_stdin(proc: subprocess.Popen[bytes], timeout: float) -> tu
     def read(name: str, stream: Any) -> None:
         chunks[name] = stream.read()
 
-    readers = [threading.Thread(target=read, args=(n, s), daemon=True)
-               for n, s in (("out", proc.stdout), ("err", proc.stderr))]
+    readers = [
+        threading.Thread(target=read, args=(n, s), daemon=True)
+        for n, s in (("out", proc.stdout), ("err", proc.stderr))
+    ]
     for t in readers:
         t.start()
     proc.wait(timeout=timeout)
@@ -942,8 +1192,11 @@ def _int_param(text: str | None, name: str, default: int) -> int:
     try:
         return int(text)
     except ValueError:
-        raise Failed(400, f"1 validation error/s occurred: {name}: Input should be a valid integer",
-                     kind="validation") from None
+        raise Failed(
+            400,
+            f"1 validation error/s occurred: {name}: Input should be a valid integer",
+            kind="validation",
+        ) from None
 
 
 def _flag(text: str | None) -> bool:
@@ -968,12 +1221,21 @@ def _ls_entry(p: Path, name: str, numeric: bool, deref: bool) -> dict[str, Any]:
         except KeyError:
             group = str(st.st_gid)
     link = os.readlink(p) if stat_mod.S_ISLNK(st.st_mode) else None
-    return {"name": name, "type": mode[0], "linkTarget": link, "user": user, "group": group,
-            "permissions": mode[1:], "lastModified": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(st.st_mtime)),
-            "size": str(st.st_size)}
+    return {
+        "name": name,
+        "type": mode[0],
+        "linkTarget": link,
+        "user": user,
+        "group": group,
+        "permissions": mode[1:],
+        "lastModified": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(st.st_mtime)),
+        "size": str(st.st_size),
+    }
 
 
-def _ls_dir(d: Path, prefix: str, hidden: bool, recursive: bool, numeric: bool, deref: bool) -> list[dict[str, Any]]:
+def _ls_dir(
+    d: Path, prefix: str, hidden: bool, recursive: bool, numeric: bool, deref: bool
+) -> list[dict[str, Any]]:
     """``ls -l [-A] [-R]`` of a directory: its entries, then (recursive) each subdirectory's, named
     relative to the listed directory (``sub/inner``); dotfiles only with ``-A``."""
     children = sorted(c for c in d.iterdir() if hidden or not c.name.startswith("."))

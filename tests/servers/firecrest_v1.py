@@ -27,8 +27,13 @@ from .firecrest import FirecrestServer
 class FirecrestV1Server(FirecrestServer):
     """``/auth/token`` + the v1 API for one system ``machine`` whose file system is ``root``."""
 
-    def __init__(self, root: Path, clients: dict[str, tuple[str, str]], machine: str = "cluster",
-                 max_file_size: int = 5 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        root: Path,
+        clients: dict[str, tuple[str, str]],
+        machine: str = "cluster",
+        max_file_size: int = 5 * 1024 * 1024,
+    ) -> None:
         super().__init__(root, clients, machine, max_file_size)
         self.tasks: dict[str, dict[str, Any]] = {}
         self._ids = itertools.count(1)
@@ -37,8 +42,13 @@ class FirecrestV1Server(FirecrestServer):
     def extra_headers(self, req: Request) -> dict[str, str]:
         return {}
 
-    def error(self, status: int, message: str, headers: dict[str, str] | None = None,  # type: ignore[override]
-              kind: str = "error") -> Response:
+    def error(
+        self,
+        status: int,
+        message: str,
+        headers: dict[str, str] | None = None,  # type: ignore[override]
+        kind: str = "error",
+    ) -> Response:
         return Response(status, {"description": message, "error": message}, headers)
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -48,7 +58,8 @@ class FirecrestV1Server(FirecrestServer):
         ctype = req.headers.get("Content-Type") or ""
         if ctype.startswith("multipart/"):
             msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-                b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + req.body)
+                b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + req.body
+            )
             fields: dict[str, str] = {}
             files: dict[str, tuple[str, bytes]] = {}
             for part in msg.iter_parts():
@@ -59,20 +70,39 @@ class FirecrestV1Server(FirecrestServer):
                 else:
                     fields[str(name)] = data.decode()
             return fields, files
-        return {k: v[-1] for k, v in parse_qs(req.body.decode(), keep_blank_values=True).items()}, {}
+        return {
+            k: v[-1] for k, v in parse_qs(req.body.decode(), keep_blank_values=True).items()
+        }, {}
 
-    def task(self, user: str, data: Any, status: str = "200", description: str = "Finished successfully",
-             code: int = 201) -> Response:
+    def task(
+        self,
+        user: str,
+        data: Any,
+        status: str = "200",
+        description: str = "Finished successfully",
+        code: int = 201,
+    ) -> Response:
         tid = uuid.uuid4().hex
         with self.lock:
-            self.tasks[tid] = {"hash_id": tid, "status": status, "data": data, "description": description,
-                               "user": user, "service": "compute", "last_modify": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        return Response(code, {"success": "Task created", "task_id": tid, "task_url": f"/tasks/{tid}"})
+            self.tasks[tid] = {
+                "hash_id": tid,
+                "status": status,
+                "data": data,
+                "description": description,
+                "user": user,
+                "service": "compute",
+                "last_modify": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
+        return Response(
+            code, {"success": "Task created", "task_id": tid, "task_url": f"/tasks/{tid}"}
+        )
 
     def path_arg(self, text: str | None) -> Path | Response:
         p = self._path(text)
         if isinstance(p, Response):
-            return self.error(400, f"invalid path {text!r}", {"X-Invalid-Path": f"{text} is an invalid path"})
+            return self.error(
+                400, f"invalid path {text!r}", {"X-Invalid-Path": f"{text} is an invalid path"}
+            )
         return p
 
     # -- routes ------------------------------------------------------------------------------------
@@ -87,15 +117,32 @@ class FirecrestV1Server(FirecrestServer):
         if req.path == "/tasks" and req.method == "GET":
             ids = [t for t in (req.query.get("tasks") or "").split(",") if t]
             with self.lock:
-                found = {t: self.tasks[t] for t in ids if t in self.tasks and self.tasks[t]["user"] == user}
+                found = {
+                    t: self.tasks[t]
+                    for t in ids
+                    if t in self.tasks and self.tasks[t]["user"] == user
+                }
             return Response(200, {"tasks": found})
         if req.path == "/status/systems":
-            return Response(200, {"description": "List of systems with status and description.",
-                                  "out": [{"system": self.machine, "status": "available",
-                                           "description": "System ready"}]})
+            return Response(
+                200,
+                {
+                    "description": "List of systems with status and description.",
+                    "out": [
+                        {
+                            "system": self.machine,
+                            "status": "available",
+                            "description": "System ready",
+                        }
+                    ],
+                },
+            )
         if req.headers.get("X-Machine-Name") != self.machine:
-            return self.error(400, "Error: machine does not exist",
-                              {"X-Machine-Does-Not-Exist": "Machine does not exist"})
+            return self.error(
+                400,
+                "Error: machine does not exist",
+                {"X-Machine-Does-Not-Exist": "Machine does not exist"},
+            )
         if req.path == "/utilities/whoami":
             return Response(200, {"description": "User name", "output": user})
         if req.path.startswith("/utilities/"):
@@ -110,10 +157,21 @@ class FirecrestV1Server(FirecrestServer):
                 rows = query_jobs(ids)
             except SlurmQueryFailed as e:
                 return self.error(500, str(e))
-            data = [{"jobid": r["id"], "name": r.get("name", ""), "state": r["state"], "nodelist": r.get("nodes", ""),
-                     "partition": r.get("partition", ""), "start_time": str(r.get("start") or ""),
-                     "time": str(r.get("elapsed") or 0), "time_left": "", "user": user}
-                    for i in ids if (r := rows.get(i)) is not None]
+            data = [
+                {
+                    "jobid": r["id"],
+                    "name": r.get("name", ""),
+                    "state": r["state"],
+                    "nodelist": r.get("nodes", ""),
+                    "partition": r.get("partition", ""),
+                    "start_time": str(r.get("start") or ""),
+                    "time": str(r.get("elapsed") or 0),
+                    "time_left": "",
+                    "user": user,
+                }
+                for i in ids
+                if (r := rows.get(i)) is not None
+            ]
             return self.task(user, data, code=200)
         if req.path.startswith("/compute/jobs/") and req.method == "DELETE":
             jid = req.path.rsplit("/", 1)[-1]
@@ -122,8 +180,14 @@ class FirecrestV1Server(FirecrestServer):
             except SlurmQueryFailed as e:
                 return self.error(500, str(e))
             if jid not in self.jobs or row is None or slurm_final(str(row["state"])):
-                return self.task(user, f"scancel: error: Kill job error on job id {jid}: Job/step already "
-                                       "completing or completed", status="400", description="Failed", code=200)
+                return self.task(
+                    user,
+                    f"scancel: error: Kill job error on job id {jid}: Job/step already "
+                    "completing or completed",
+                    status="400",
+                    description="Failed",
+                    code=200,
+                )
             run_slurm(["scancel", jid])
             return self.task(user, "", code=200)
         return self.error(404, f"no route {req.method} {req.path}")
@@ -161,9 +225,16 @@ class FirecrestV1Server(FirecrestServer):
             if not p.is_file():
                 return self.error(400, f"{p}: no such file", {"X-Invalid-Path": str(p)})
             if p.stat().st_size > self.max_ops_file_size:
-                return self.error(400, "file too big to view", {"X-Size-Limit": "File exceeds size limit"})
-            return Response(200, {"description": "File content successfully returned",
-                                  "output": p.read_bytes().decode("utf-8", errors="replace")})
+                return self.error(
+                    400, "file too big to view", {"X-Size-Limit": "File exceeds size limit"}
+                )
+            return Response(
+                200,
+                {
+                    "description": "File content successfully returned",
+                    "output": p.read_bytes().decode("utf-8", errors="replace"),
+                },
+            )
         return self.error(404, f"no utility {op}")
 
     def submit_v1(self, req: Request, user: str) -> Response:
@@ -181,12 +252,22 @@ class FirecrestV1Server(FirecrestServer):
             argv.append(f"--account={fields['account']}")
         r = run_slurm([*argv, str(own / "script.batch")])
         if r.returncode != 0:
-            return self.task(user, r.stderr.strip(), status="400", description="Failed to submit job")
+            return self.task(
+                user, r.stderr.strip(), status="400", description="Failed to submit job"
+            )
         jid = r.stdout.strip().splitlines()[-1].split(";")[0]
         with self.lock:
             self.jobs[jid] = time.time()
-        return self.task(user, {"jobid": int(jid), "result": "Job submitted", "job_file": str(own / "script.batch"),
-                                "job_file_out": "", "job_file_err": ""})
+        return self.task(
+            user,
+            {
+                "jobid": int(jid),
+                "result": "Job submitted",
+                "job_file": str(own / "script.batch"),
+                "job_file_out": "",
+                "job_file_err": "",
+            },
+        )
 
 
 __all__ = ["FirecrestV1Server"]

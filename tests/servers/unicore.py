@@ -39,8 +39,13 @@ from .common import (
 # appendTSIResourceSpec of UNICORE/X 2.7.0 to 3.0.0 and its HEAD; remote-sites.md, "UNICORE: server
 # behaviours we rely on and work around")
 
-CAPACITY_UNITS = (("", "bytes"), ("K", "kilobytes", "kb"), ("M", "megabytes", "mb"), ("G", "gigabytes", "gb"),
-                  ("T", "terabytes", "tb"))
+CAPACITY_UNITS = (
+    ("", "bytes"),
+    ("K", "kilobytes", "kb"),
+    ("M", "megabytes", "mb"),
+    ("G", "gigabytes", "gb"),
+    ("T", "terabytes", "tb"),
+)
 TIME_UNITS = (("sec", "seconds"), ("min", "minutes"), ("h", "hours"), ("d", "days"))
 CAPACITY_FACTORS = (1024, 1024, 1024, 1024)
 TIME_FACTORS = (60, 60, 24)
@@ -109,15 +114,25 @@ def tsi_submit_lines(desc: dict[str, Any], workdir: Path) -> list[str]:
     wd = f"{workdir}/"
     lines = ["#TSI_SUBMIT"]
     if "Reservation" in res:
-        lines.append(f"#TSI_RESERVATION_REFERENCE {_legal(res.pop('Reservation'), 'Reservation reference')}")
-    lines += [f"#TSI_OUTCOME_DIR {wd}", f"#TSI_USPACE_DIR {wd}",
-              f"#TSI_STDOUT {_legal(str(desc.get('Stdout') or 'stdout'), 'Stdout')}",
-              f"#TSI_STDERR {_legal(str(desc.get('Stderr') or 'stderr'), 'Stderr')}",
-              f"#TSI_JOBNAME {_legal(str(desc.get('Name') or 'UNICORE_Job'), 'Job name')}", "#TSI_EMAIL NONE"]
+        lines.append(
+            f"#TSI_RESERVATION_REFERENCE {_legal(res.pop('Reservation'), 'Reservation reference')}"
+        )
+    lines += [
+        f"#TSI_OUTCOME_DIR {wd}",
+        f"#TSI_USPACE_DIR {wd}",
+        f"#TSI_STDOUT {_legal(str(desc.get('Stdout') or 'stdout'), 'Stdout')}",
+        f"#TSI_STDERR {_legal(str(desc.get('Stderr') or 'stderr'), 'Stderr')}",
+        f"#TSI_JOBNAME {_legal(str(desc.get('Name') or 'UNICORE_Job'), 'Job name')}",
+        "#TSI_EMAIL NONE",
+    ]
     if str(desc.get("Job type", "BATCH")).upper() == "RAW":
         return [*lines, "#TSI_JOB_MODE raw", f"#TSI_JOB_FILE {desc.get('BSS file')}"]
     queue = _legal(res["Queue"], "Queue") if "Queue" in res else "NONE"
-    for key, tsi in (("Project", "PROJECT"), ("QoS", "QOS"), ("NodeConstraints", "BSS_NODES_FILTER")):
+    for key, tsi in (
+        ("Project", "PROJECT"),
+        ("QoS", "QOS"),
+        ("NodeConstraints", "BSS_NODES_FILTER"),
+    ):
         if key in res:
             lines.append(f"#TSI_{tsi} {_legal(res[key], key)}")
 
@@ -127,7 +142,12 @@ def tsi_submit_lines(desc: dict[str, Any], workdir: Path) -> list[str]:
         except ValueError:
             return -1
 
-    total, per_node, nodes, gpus = number("TotalCPUs"), number("CPUsPerNode"), number("Nodes"), number("GPUsPerNode")
+    total, per_node, nodes, gpus = (
+        number("TotalCPUs"),
+        number("CPUsPerNode"),
+        number("Nodes"),
+        number("GPUsPerNode"),
+    )
     memory = -1
     if "MemoryPerNode" in res:
         try:
@@ -145,8 +165,12 @@ def tsi_submit_lines(desc: dict[str, Any], workdir: Path) -> list[str]:
         lines.append(f"#TSI_MEMORY {memory}")
     if gpus > 0:
         lines.append(f"#TSI_GPUS_PER_NODE {memory}")
-    lines += [f"#TSI_NODES {nodes}", f"#TSI_PROCESSORS_PER_NODE {per_node}", f"#TSI_TOTAL_PROCESSORS {total}",
-              f"#TSI_QUEUE {queue}"]
+    lines += [
+        f"#TSI_NODES {nodes}",
+        f"#TSI_PROCESSORS_PER_NODE {per_node}",
+        f"#TSI_TOTAL_PROCESSORS {total}",
+        f"#TSI_QUEUE {queue}",
+    ]
     return lines
 
 
@@ -156,8 +180,8 @@ def tsi_submit_lines(desc: dict[str, Any], workdir: Path) -> list[str]:
 def _tsi_param(message: list[str], name: str, default: str | None = None) -> str | None:
     prefix = f"#TSI_{name} "
     for line in message:
-        if line.startswith(prefix) and line[len(prefix):]:
-            return line[len(prefix):]
+        if line.startswith(prefix) and line[len(prefix) :]:
+            return line[len(prefix) :]
     return default
 
 
@@ -201,8 +225,11 @@ def tsi_sbatch_lines(message: list[str], default_job_name: str = "UNICORE_Job") 
     if p("RESERVATION_REFERENCE", "NONE") != "NONE":
         opts.append(f"--reservation={p('RESERVATION_REFERENCE')}")
     outcome = p("OUTCOME_DIR", "") or ""
-    opts += [f"--output={outcome}{p('STDOUT', 'stdout')}", f"--error={outcome}{p('STDERR', 'stderr')}",
-             f"--chdir={p('USPACE_DIR')}"]
+    opts += [
+        f"--output={outcome}{p('STDOUT', 'stdout')}",
+        f"--error={outcome}{p('STDERR', 'stderr')}",
+        f"--chdir={p('USPACE_DIR')}",
+    ]
     return ["#SBATCH " + o for o in opts]
 
 
@@ -213,13 +240,17 @@ def sbatch_lines(desc: dict[str, Any], workdir: Path) -> list[str]:
 
 #: the error of a stock site's abort, of a job found without exit code file, of a failed application
 ABORTED = "Job aborted."
-NO_EXIT_CODE = ("Job did not complete normally on BSS, please check standard error file and job log for "
-                "more information.")
+NO_EXIT_CODE = (
+    "Job did not complete normally on BSS, please check standard error file and job log for "
+    "more information."
+)
 
 
 def nonzero_message(code: str, workdir: Path) -> str:
-    return (f"User application exited with non-zero exit code: <{code}>. More information might be "
-            f"available in the job's working directory '{workdir}/'")
+    return (
+        f"User application exited with non-zero exit code: <{code}>. More information might be "
+        f"available in the job's working directory '{workdir}/'"
+    )
 
 
 def java_url_decode(text: str) -> str:
@@ -238,7 +269,9 @@ def storage_path(raw: str) -> str:
 class UJob:
     """One UNICORE job on the server."""
 
-    def __init__(self, jid: str, desc: dict[str, Any], workdir: Path, owner: str, lifetime: float) -> None:
+    def __init__(
+        self, jid: str, desc: dict[str, Any], workdir: Path, owner: str, lifetime: float
+    ) -> None:
         self.id = jid
         self.desc = desc
         self.workdir = workdir
@@ -263,8 +296,13 @@ class UnicoreServer(LoopbackServer):
     """``BASE = http://127.0.0.1:PORT/SITE/rest/core``; users are ``{name: password}``;
     ``tokens`` maps bearer tokens to user names."""
 
-    def __init__(self, root: Path, users: dict[str, str], site: str = "TEST-SITE",
-                 tokens: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        users: dict[str, str],
+        site: str = "TEST-SITE",
+        tokens: dict[str, str] | None = None,
+    ) -> None:
         super().__init__()
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -331,11 +369,16 @@ class UnicoreServer(LoopbackServer):
 
     def handle(self, req: Request) -> Response:
         """Route a request (counting concurrent job status GETs for the tests)."""
-        counted = req.method == "GET" and re.fullmatch(self.prefix + r"/jobs/[\w-]+", req.path) is not None
+        counted = (
+            req.method == "GET"
+            and re.fullmatch(self.prefix + r"/jobs/[\w-]+", req.path) is not None
+        )
         if counted:
             with self.lock:
                 self._job_gets_in_flight += 1
-                self.max_job_gets_in_flight = max(self.max_job_gets_in_flight, self._job_gets_in_flight)
+                self.max_job_gets_in_flight = max(
+                    self.max_job_gets_in_flight, self._job_gets_in_flight
+                )
         try:
             return self._handle(req)
         finally:
@@ -353,7 +396,7 @@ class UnicoreServer(LoopbackServer):
                 self.sessions_expired += 1
                 return self.error(432, "security session expired")
         user = self.user_of(req)
-        rest = req.path[len(self.prefix):].rstrip("/") if req.path != self.prefix + "/" else ""
+        rest = req.path[len(self.prefix) :].rstrip("/") if req.path != self.prefix + "/" else ""
         if user is None and req.headers.get("Authorization"):
             # credentials that cannot be verified: 403 on every path, with no body (AuthNHandler)
             return Response(403, b"")
@@ -387,14 +430,26 @@ class UnicoreServer(LoopbackServer):
         return {
             "client": {
                 "dn": f"CN={user or 'anonymous'}",
-                "xlogin": {"UID": user or "", "availableUIDs": [user] if user else [], "group": "users",
-                           "availableGroups": ["users"]},
+                "xlogin": {
+                    "UID": user or "",
+                    "availableUIDs": [user] if user else [],
+                    "group": "users",
+                    "availableGroups": ["users"],
+                },
                 "role": {"selected": role, "availableRoles": [role]},
                 "queues": {"selected": "debug", "availableQueues": ["debug", "gpu", "long"]},
             },
-            "server": {"version": "10.1.0", "siteName": self.site, "jobSubmission": {"enabled": True}},
-            "_links": {"jobs": self.link("/jobs"), "storages": self.link("/storages"),
-                       "factories": self.link("/factories"), "transfers": self.link("/transfers")},
+            "server": {
+                "version": "10.1.0",
+                "siteName": self.site,
+                "jobSubmission": {"enabled": True},
+            },
+            "_links": {
+                "jobs": self.link("/jobs"),
+                "storages": self.link("/storages"),
+                "factories": self.link("/factories"),
+                "transfers": self.link("/transfers"),
+            },
         }
 
     def route(self, req: Request, rest: str, user: str) -> Response:
@@ -404,7 +459,11 @@ class UnicoreServer(LoopbackServer):
             return self.submit(req, user)
         if rest == "/jobs" and req.method == "GET":
             tags = [t for t in req.query.get("tags", "").split(",") if t]
-            jobs = [j for j in self.jobs.values() if j.owner == user and all(t in j.desc.get("Tags", []) for t in tags)]
+            jobs = [
+                j
+                for j in self.jobs.values()
+                if j.owner == user and all(t in j.desc.get("Tags", []) for t in tags)
+            ]
             return Response(200, {"jobs": [self.base_url + "/jobs/" + j.id for j in jobs]})
         m = re.fullmatch(r"/jobs/([\w-]+)(/actions/(start|abort|restart))?", rest)
         if m:
@@ -431,9 +490,13 @@ class UnicoreServer(LoopbackServer):
                 return self.error(404, "storage not found")
             if job.owner != user:
                 return self.error(403, "Access denied.")
-            return self.storage(req, f"{job.id}-uspace", job.workdir, m.group(2), m.group(3), m.group(4))
+            return self.storage(
+                req, f"{job.id}-uspace", job.workdir, m.group(2), m.group(3), m.group(4)
+            )
         if rest == "/storages" and req.method == "GET":
-            return Response(200, {"storages": [self.base_url + "/storages/" + n for n in self.user_storages]})
+            return Response(
+                200, {"storages": [self.base_url + "/storages/" + n for n in self.user_storages]}
+            )
         m = re.fullmatch(r"/storages/([\w-]+)(/files(/.*)?|/actions/(rename|copy))?", rest)
         if m and m.group(1) in self.user_storages:
             root = self.storage_root(m.group(1), user)
@@ -446,16 +509,34 @@ class UnicoreServer(LoopbackServer):
         root.mkdir(parents=True, exist_ok=True)
         return root
 
-    def storage(self, req: Request, sid: str, root: Path, sub: str | None, rel: str | None,
-                action: str | None) -> Response:
+    def storage(
+        self,
+        req: Request,
+        sid: str,
+        root: Path,
+        sub: str | None,
+        rel: str | None,
+        action: str | None,
+    ) -> Response:
         """A storage resource: its properties, ``/files/...`` or an action (rename, copy)."""
         if not sub:
             s = f"/storages/{sid}"
-            return Response(200, {"resourceStatus": "READY", "mountPoint": str(root), "protocols": ["BFT"],
-                                  "description": f"storage {sid}", "filesystemDescription": "",
-                                  "_links": {"self": self.link(s), "files": self.link(s + "/files"),
-                                             "action:rename": self.link(s + "/actions/rename"),
-                                             "action:copy": self.link(s + "/actions/copy")}})
+            return Response(
+                200,
+                {
+                    "resourceStatus": "READY",
+                    "mountPoint": str(root),
+                    "protocols": ["BFT"],
+                    "description": f"storage {sid}",
+                    "filesystemDescription": "",
+                    "_links": {
+                        "self": self.link(s),
+                        "files": self.link(s + "/files"),
+                        "action:rename": self.link(s + "/actions/rename"),
+                        "action:copy": self.link(s + "/actions/copy"),
+                    },
+                },
+            )
         if action:
             if req.method != "POST":
                 return self.error(405, "POST an action")
@@ -466,8 +547,10 @@ class UnicoreServer(LoopbackServer):
         """``rename``/``copy`` with ``{"from": P, "to": Q}`` (paths relative to the storage root),
         as UNICORE's storage does through its TSI: a rename is one ``rename(2)``, a missing source
         an error (500, its message)."""
-        src, dst = (root / java_url_decode(str(body.get("from", ""))).lstrip("/")).resolve(), \
-            (root / java_url_decode(str(body.get("to", ""))).lstrip("/")).resolve()
+        src, dst = (
+            (root / java_url_decode(str(body.get("from", ""))).lstrip("/")).resolve(),
+            (root / java_url_decode(str(body.get("to", ""))).lstrip("/")).resolve(),
+        )
         for p in (src, dst):
             if root.resolve() not in (p, *p.parents):
                 return self.error(400, "path outside the storage")
@@ -478,7 +561,9 @@ class UnicoreServer(LoopbackServer):
             else:
                 shutil.copyfile(src, dst)
         except OSError as e:
-            return self.error(500, f"Could not {action} {body.get('from')} to {body.get('to')}: {e.strerror}")
+            return self.error(
+                500, f"Could not {action} {body.get('from')} to {body.get('to')}: {e.strerror}"
+            )
         return Response(204)  # an action without a reply
 
     def submit(self, req: Request, user: str) -> Response:
@@ -558,21 +643,39 @@ class UnicoreServer(LoopbackServer):
             try:
                 message = tsi_submit_lines(desc, job.workdir)
             except ValueError as e:
-                job.status, job.status_message = "FAILED", f"Submission to the batch system failed: {e}"
+                job.status, job.status_message = (
+                    "FAILED",
+                    f"Submission to the batch system failed: {e}",
+                )
                 return
             exe = str(desc.get("Executable", "/bin/true"))
             args = " ".join(str(a) for a in desc.get("Arguments", []))
-            lines = ["#!/bin/bash", *message, "#TSI_SCRIPT", f"export UC_WORKING_DIRECTORY={shlex.quote(str(job.workdir))}",
-                     f"export UC_OUTPUT_DIRECTORY={shlex.quote(str(job.workdir) + '/')}"]
-            for item in desc.get("Environment", []) if isinstance(desc.get("Environment"), list) else []:
+            lines = [
+                "#!/bin/bash",
+                *message,
+                "#TSI_SCRIPT",
+                f"export UC_WORKING_DIRECTORY={shlex.quote(str(job.workdir))}",
+                f"export UC_OUTPUT_DIRECTORY={shlex.quote(str(job.workdir) + '/')}",
+            ]
+            for item in (
+                desc.get("Environment", []) if isinstance(desc.get("Environment"), list) else []
+            ):
                 name, _, value = str(item).partition("=")
                 lines.append(f'export {name}="{value}"')
-            for name, value in (desc.get("Environment") or {}).items() if isinstance(desc.get("Environment"), dict) else []:
+            for name, value in (
+                (desc.get("Environment") or {}).items()
+                if isinstance(desc.get("Environment"), dict)
+                else []
+            ):
                 lines.append(f'export {name}="{value}"')
             first = exe.split()[0] if exe.split() else exe
-            lines += ["cd $UC_WORKING_DIRECTORY", f"chmod u+x {first} 2>/dev/null",
-                      "rm -f ${UC_OUTPUT_DIRECTORY}/UNICORE_SCRIPT_EXIT_CODE", f"{exe} {args}".rstrip(),
-                      "echo $? > ${UC_OUTPUT_DIRECTORY}/UNICORE_SCRIPT_EXIT_CODE"]
+            lines += [
+                "cd $UC_WORKING_DIRECTORY",
+                f"chmod u+x {first} 2>/dev/null",
+                "rm -f ${UC_OUTPUT_DIRECTORY}/UNICORE_SCRIPT_EXIT_CODE",
+                f"{exe} {args}".rstrip(),
+                "echo $? > ${UC_OUTPUT_DIRECTORY}/UNICORE_SCRIPT_EXIT_CODE",
+            ]
             (job.workdir / "UNICORE_Job_ID").write_text("\n".join(lines) + "\n")
             (job.workdir / "UNICORE_Job_ID").chmod(0o770)  # the TSI's addperms; called by its path
             if _tsi_param(message, "JOB_MODE") == "raw":
@@ -580,15 +683,23 @@ class UnicoreServer(LoopbackServer):
                 try:
                     head = [(job.workdir / str(_tsi_param(message, "JOB_FILE"))).read_text()]
                 except OSError as e:
-                    job.status, job.status_message = "FAILED", f"Submission to the batch system failed: {e}"
+                    job.status, job.status_message = (
+                        "FAILED",
+                        f"Submission to the batch system failed: {e}",
+                    )
                     return
             else:
                 head = ["#!/bin/bash", *tsi_sbatch_lines(message)]
             bss = [*head, f"{job.workdir}/UNICORE_Job_ID"]
             (job.workdir / "bss_submit_ID").write_text("".join(line + "\n" for line in bss))
-            r = run_slurm(["sbatch", "--parsable", str(job.workdir / "bss_submit_ID")], cwd=job.workdir)
+            r = run_slurm(
+                ["sbatch", "--parsable", str(job.workdir / "bss_submit_ID")], cwd=job.workdir
+            )
             if r.returncode != 0:
-                job.status, job.status_message = "FAILED", "Submission to the batch system failed: " + r.stderr.strip()
+                job.status, job.status_message = (
+                    "FAILED",
+                    "Submission to the batch system failed: " + r.stderr.strip(),
+                )
                 return
             job.bss_id = r.stdout.strip().splitlines()[-1].split(";")[0]
             job.log.append(f"Submitted to batch system as {job.bss_id}")
@@ -614,7 +725,9 @@ class UnicoreServer(LoopbackServer):
                 # never back from RUNNING to QUEUED, as UNICORE: slurmdbd may record the start
                 # after squeue (asked while sacct did not list the job yet) reported it
                 if state.startswith(("RUNNING", "COMPLETING")) or job.status != "RUNNING":
-                    job.status = "RUNNING" if state.startswith(("RUNNING", "COMPLETING")) else "QUEUED"
+                    job.status = (
+                        "RUNNING" if state.startswith(("RUNNING", "COMPLETING")) else "QUEUED"
+                    )
                 return
             code_file = job.workdir / "UNICORE_SCRIPT_EXIT_CODE"
             code = code_file.read_text().strip() if code_file.exists() else ""
@@ -657,7 +770,9 @@ class UnicoreServer(LoopbackServer):
         tag = "PRE" if which == "precommand" else "POST"
         outdir = job.workdir / f".UNICORE_{tag}_0"
         outdir.mkdir(exist_ok=True)
-        env = dict(os.environ, UC_WORKING_DIRECTORY=str(job.workdir), UC_OUTPUT_DIRECTORY=f"{outdir}/")
+        env = dict(
+            os.environ, UC_WORKING_DIRECTORY=str(job.workdir), UC_OUTPUT_DIRECTORY=f"{outdir}/"
+        )
         with open(outdir / "stdout", "wb") as out, open(outdir / "stderr", "wb") as err:
             r = subprocess.run(["bash", "-c", str(command)], cwd=job.workdir, env=env, stdout=out, stderr=err,
                                timeout=120)  # fmt: skip
@@ -665,8 +780,10 @@ class UnicoreServer(LoopbackServer):
         if r.returncode == 0:
             return ""
         what = "Pre-command(s)" if tag == "PRE" else "Post-command(s)"
-        return f"{what} failed: [Command exited with non-zero exit code: <{r.returncode}>. More information " \
-               f"might be available in the job's working directory '{job.workdir}/']"
+        return (
+            f"{what} failed: [Command exited with non-zero exit code: <{r.returncode}>. More information "
+            f"might be available in the job's working directory '{job.workdir}/']"
+        )
 
     @staticmethod
     def _finish(job: UJob) -> None:
@@ -678,16 +795,34 @@ class UnicoreServer(LoopbackServer):
         self.refresh(job)
         j = f"/jobs/{job.id}"
         props: dict[str, Any] = {
-            "status": job.status, "statusMessage": job.status_message, "queue": job.desc.get("Resources", {}).get("Queue", "N/A")
-            if job.bss_id != "N/A" else "N/A", "batchSystemID": job.bss_id, "submissionTime": job.submitted,
-            "name": job.desc.get("Name", ""), "owner": job.owner, "log": list(job.log), "jobType": "BATCH",
-            "consumedTime": {"total": "0"}, "currentTime": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "terminationTime": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(job.termination)),
-            "resourceStatus": "READY", "acl": [], "tags": job.desc.get("Tags", []),
-            "_links": {"self": self.link(j), "workingDirectory": self.link(f"/storages/{job.id}-uspace"),
-                       "action:start": self.link(j + "/actions/start"), "action:abort": self.link(j + "/actions/abort"),
-                       "action:restart": self.link(j + "/actions/restart"), "details": self.link(j + "/details"),
-                       "submitted": self.link(j)},
+            "status": job.status,
+            "statusMessage": job.status_message,
+            "queue": job.desc.get("Resources", {}).get("Queue", "N/A")
+            if job.bss_id != "N/A"
+            else "N/A",
+            "batchSystemID": job.bss_id,
+            "submissionTime": job.submitted,
+            "name": job.desc.get("Name", ""),
+            "owner": job.owner,
+            "log": list(job.log),
+            "jobType": "BATCH",
+            "consumedTime": {"total": "0"},
+            "currentTime": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "terminationTime": time.strftime(
+                "%Y-%m-%dT%H:%M:%S%z", time.localtime(job.termination)
+            ),
+            "resourceStatus": "READY",
+            "acl": [],
+            "tags": job.desc.get("Tags", []),
+            "_links": {
+                "self": self.link(j),
+                "workingDirectory": self.link(f"/storages/{job.id}-uspace"),
+                "action:start": self.link(j + "/actions/start"),
+                "action:abort": self.link(j + "/actions/abort"),
+                "action:restart": self.link(j + "/actions/restart"),
+                "details": self.link(j + "/details"),
+                "submitted": self.link(j),
+            },
         }
         if job.exit_code is not None:
             props["exitCode"] = job.exit_code
@@ -729,8 +864,15 @@ class UnicoreServer(LoopbackServer):
 
     def stat(self, p: Path) -> dict[str, Any]:
         st = p.stat()
-        return {"isDirectory": p.is_dir(), "size": st.st_size, "owner": "user", "group": "users",
-                "permissions": "rw-r--r--", "lastAccessed": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "metadata": {}}
+        return {
+            "isDirectory": p.is_dir(),
+            "size": st.st_size,
+            "owner": "user",
+            "group": "users",
+            "permissions": "rw-r--r--",
+            "lastAccessed": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "metadata": {},
+        }
 
     def download(self, req: Request, target: Path) -> Response:
         """The file, or with ``Range`` a part of it as UNICORE's ``Files.download`` serves it:
@@ -761,7 +903,7 @@ class UnicoreServer(LoopbackServer):
                 self.range_past_end += 1
             time.sleep(self.range_hang_seconds)
             return Response(DROP)
-        return Response(206, data[start:None if end is None else end + 1])
+        return Response(206, data[start : None if end is None else end + 1])
 
 
 def cleanup(server: UnicoreServer) -> None:

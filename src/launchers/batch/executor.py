@@ -47,7 +47,13 @@ MAX_AUTO_SLOTS = 8
 #: inner launchers whose queue lives at a site reached through a REST API (batch/rest.py)
 REST_KINDS = ("unicore", "firecrest")
 MIN_WALLTIME = 3600.0
-ACTIVE = (JobState.WAITING, JobState.SUBMITTING, JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED)
+ACTIVE = (
+    JobState.WAITING,
+    JobState.SUBMITTING,
+    JobState.PENDING,
+    JobState.RUNNING,
+    JobState.SUSPENDED,
+)
 
 
 # -- pure pieces --------------------------------------------------------------------------------
@@ -74,7 +80,9 @@ def task_resources(inner: Launcher) -> Resources:
     memory = 0
     if getattr(options, "mem", None):
         try:
-            memory = parse_size(str(options.mem) if not str(options.mem)[-1].isdigit() else f"{options.mem}M")
+            memory = parse_size(
+                str(options.mem) if not str(options.mem)[-1].isdigit() else f"{options.mem}M"
+            )
         except Exception:
             memory = 0
     duration = None
@@ -166,7 +174,11 @@ def auto_slots(inner: Launcher, res: Resources) -> int:
 
 def inner_limit(inner: Launcher) -> float | None:
     """The inner launcher's time limit (smallest partition/QoS maximum of its nodes)."""
-    limits = [float(h.max_duration) for h in getattr(inner, "hosts", ()) or () if getattr(h, "max_duration", 0)]
+    limits = [
+        float(h.max_duration)
+        for h in getattr(inner, "hosts", ()) or ()
+        if getattr(h, "max_duration", 0)
+    ]
     return min(limits) if limits else None
 
 
@@ -219,7 +231,9 @@ class Shape:
     tags: dict[Path, str] = attrs.field(factory=dict)
 
 
-def _pilot_slurm_launcher(inner: Any, batch: BatchLauncher, res: Resources, slots: int, walltime: float) -> Any:
+def _pilot_slurm_launcher(
+    inner: Any, batch: BatchLauncher, res: Resources, slots: int, walltime: float
+) -> Any:
     """The inner Slurm launcher resized for ``slots`` tasks and the walltime, warned with USR1."""
     from ..slurm.launcher import SlurmLauncher
 
@@ -230,12 +244,18 @@ def _pilot_slurm_launcher(inner: Any, batch: BatchLauncher, res: Resources, slot
         options = getattr(inner, "options", None)
         gres = _GRES_GPUS.fullmatch(str(getattr(options, "gres", None) or ""))
         if gres and not getattr(options, "gpus_per_node", None):  # keep the group's gpu_option
-            changes["gres"] = f"gpu:{gres.group(1) + ':' if gres.group(1) else ''}{res.gpus * slots}"
+            changes["gres"] = (
+                f"gpu:{gres.group(1) + ':' if gres.group(1) else ''}{res.gpus * slots}"
+            )
         else:
             changes["gpus_per_node"] = res.gpus * slots
     launcher = inner.config(**changes)
     if isinstance(launcher, SlurmLauncher):
-        warning: dict[str, Any] = {"max_requeues": 0, "resume_signal": "USR1", "resume_grace": max(1, int(batch.drain_margin))}
+        warning: dict[str, Any] = {
+            "max_requeues": 0,
+            "resume_signal": "USR1",
+            "resume_grace": max(1, int(batch.drain_margin)),
+        }
         names = {f.name for f in attrs.fields(type(launcher))}
         if set(warning) <= names:  # the launcher carries these settings itself
             return attrs.evolve(launcher, **warning)
@@ -301,9 +321,14 @@ class BatchExecutor(Executor):
         if not self._is_remote(batch):
             return None
         connector = connector_of(batch.inner)
-        config_file = getattr(getattr(getattr(batch.inner, "group", None), "position", None), "file", None)
-        return RemoteQueue(connector, f"{remote_base(connector)}/batch/{key}",
-                           config_file=str(config_file) if config_file else None)
+        config_file = getattr(
+            getattr(getattr(batch.inner, "group", None), "position", None), "file", None
+        )
+        return RemoteQueue(
+            connector,
+            f"{remote_base(connector)}/batch/{key}",
+            config_file=str(config_file) if config_file else None,
+        )
 
     async def _scan(self, shape: Shape) -> Q.Snapshot:
         if shape.remote is None:
@@ -376,8 +401,16 @@ class BatchExecutor(Executor):
         for name in ("job.rc", "result.json", "result.pickle", "error.json"):
             with contextlib.suppress(FileNotFoundError):
                 (job.directory / name).unlink()
-        job.apply(StateUpdate(state=JobState.SUBMITTING, detail="publishing", job_name=job.task_id, reason=""))
-        name = Q.publish(shape.queue, entry) if shape.remote is None else await shape.remote.publish(entry)
+        job.apply(
+            StateUpdate(
+                state=JobState.SUBMITTING, detail="publishing", job_name=job.task_id, reason=""
+            )
+        )
+        name = (
+            Q.publish(shape.queue, entry)
+            if shape.remote is None
+            else await shape.remote.publish(entry)
+        )
         shape.longest = max(shape.longest, res.duration or 0.0)  # declared durations only (§3.2)
         shape.jobs[job.task_id] = job
         job.apply(
@@ -386,8 +419,14 @@ class BatchExecutor(Executor):
                 detail=f"queued in batch {shape.key}",
                 native_id=f"batch:{shape.key}:{job.task_id}",
                 reason=f"queued in batch {shape.key}",
-                extra={"batch": {"queue": str(shape.queue), "shape": shape.key, "pending": name,
-                                 **_remote_info(shape)}},
+                extra={
+                    "batch": {
+                        "queue": str(shape.queue),
+                        "shape": shape.key,
+                        "pending": name,
+                        **_remote_info(shape),
+                    }
+                },
             )
         )
         await self._manage(shape, await self._scan(shape))
@@ -405,10 +444,20 @@ class BatchExecutor(Executor):
             await self.submit(job)
             return
         shape.jobs[tid] = job
-        info = {"queue": str(shape.queue), "shape": shape.key, "pending": snap.pending.get(tid, ""),
-                **_remote_info(shape)}
-        job.apply(StateUpdate(state=JobState.PENDING, detail="adopted after a crash",
-                              native_id=f"batch:{shape.key}:{tid}", extra={"batch": info}))
+        info = {
+            "queue": str(shape.queue),
+            "shape": shape.key,
+            "pending": snap.pending.get(tid, ""),
+            **_remote_info(shape),
+        }
+        job.apply(
+            StateUpdate(
+                state=JobState.PENDING,
+                detail="adopted after a crash",
+                native_id=f"batch:{shape.key}:{tid}",
+                extra={"batch": info},
+            )
+        )
 
     # -- pilots ---------------------------------------------------------------------------------
 
@@ -436,7 +485,10 @@ class BatchExecutor(Executor):
             executor = inner.executor()
             pilot = Job(None, d, rec, launcher=inner, executor=executor)
             # another live process owns it: only observe its state.json
-            pilot.observer = rec.state in (JobState.WAITING, JobState.SUBMITTING) or self._owned_elsewhere(rec)
+            pilot.observer = rec.state in (
+                JobState.WAITING,
+                JobState.SUBMITTING,
+            ) or self._owned_elsewhere(rec)
             shape.pilots.append(pilot)
             if not pilot.observer:
                 executor.track(pilot)
@@ -459,7 +511,9 @@ class BatchExecutor(Executor):
         active = self._active(shape)
         batch = shape.batch
         if active:
-            if len(active) >= batch.max_pilots or any(p.state is not JobState.RUNNING for p in active):
+            if len(active) >= batch.max_pilots or any(
+                p.state is not JobState.RUNNING for p in active
+            ):
                 return
             oldest = snap.oldest_seq
             if oldest is None or time.time() - oldest / 1e9 < batch.scale_after:
@@ -486,28 +540,53 @@ class BatchExecutor(Executor):
         python = getattr(inner, "python", None) or sys.executable
         qpath = str(shape.queue)
         if shape.remote is not None:  # the runner runs next to the remote queue
-            python = getattr(inner, "python", None) or getattr(getattr(inner, "group", None), "python", None) or "python3"
+            python = (
+                getattr(inner, "python", None)
+                or getattr(getattr(inner, "group", None), "python", None)
+                or "python3"
+            )
             qpath = shape.remote.path
         argv = [
-            python, f"{qpath}/{Q.RUNNER_FILE}", "--queue", qpath, "--slots", str(slots),
-            "--walltime", f"{walltime:g}", "--linger", f"{batch.linger:g}",
-            "--drain-margin", f"{batch.drain_margin:g}", "--kill-grace", f"{batch.kill_grace:g}",
+            python,
+            f"{qpath}/{Q.RUNNER_FILE}",
+            "--queue",
+            qpath,
+            "--slots",
+            str(slots),
+            "--walltime",
+            f"{walltime:g}",
+            "--linger",
+            f"{batch.linger:g}",
+            "--drain-margin",
+            f"{batch.drain_margin:g}",
+            "--kill-grace",
+            f"{batch.kill_grace:g}",
             # unique even when several processes (own pilot numbers each) share a site's queue
-            "--pilot", f"{pilot_name(shape.key, n)}-{uuid.uuid4().hex[:8]}",
+            "--pilot",
+            f"{pilot_name(shape.key, n)}-{uuid.uuid4().hex[:8]}",
         ]
         if isinstance(shape.remote, RestQueue):
             argv += shape.remote.pilot_args()
-        task = command(argv, name=pilot_name(shape.key, n), cwd=qpath, resumable=inner.kind == "slurm")
+        task = command(
+            argv, name=pilot_name(shape.key, n), cwd=qpath, resumable=inner.kind == "slurm"
+        )
         if inner.kind in ("slurm", *REST_KINDS):
             launcher = _pilot_slurm_launcher(inner, batch, res, slots, walltime)
         else:
             launcher = inner
         directory = root / str(n)
-        pilot = _attach(task, directory, launcher, launcher.executor(), force=False, rerun_failed=False)
+        pilot = _attach(
+            task, directory, launcher, launcher.executor(), force=False, rerun_failed=False
+        )
         shape.pilots.append(pilot)
         self.pilots_submitted += 1
-        log.info("batch %s: pilot %d submitted (%d slots, walltime %s)", shape.key, n, slots,
-                 format_duration(int(walltime)))
+        log.info(
+            "batch %s: pilot %d submitted (%d slots, walltime %s)",
+            shape.key,
+            n,
+            slots,
+            format_duration(int(walltime)),
+        )
 
     # -- tracking -------------------------------------------------------------------------------
 
@@ -518,8 +597,12 @@ class BatchExecutor(Executor):
             return None
         shape = self.shapes.get(queue)
         if shape is None and isinstance(job.launcher, BatchLauncher):
-            shape = Shape(str(info.get("shape")), Path(queue), job.launcher,
-                          remote=self._remote_queue(job.launcher, str(info.get("shape"))))
+            shape = Shape(
+                str(info.get("shape")),
+                Path(queue),
+                job.launcher,
+                remote=self._remote_queue(job.launcher, str(info.get("shape"))),
+            )
             self.shapes[queue] = shape
         if shape is not None:
             shape.jobs.setdefault(job.task_id, job)
@@ -546,7 +629,9 @@ class BatchExecutor(Executor):
             if snap.running:  # lost runners: pilot final, or heartbeat older than lost_after
                 moved = Q.recover(shape.queue, final_natives=final_pilots)
                 if moved:
-                    log.warning("batch %s: re-queued %s (their pilot ended)", shape.key, ", ".join(moved))
+                    log.warning(
+                        "batch %s: re-queued %s (their pilot ended)", shape.key, ", ".join(moved)
+                    )
                     snap = Q.scan(shape.queue)
             for job in mine:
                 update = self._update(shape, snap, job)
@@ -558,16 +643,20 @@ class BatchExecutor(Executor):
                 await self._manage(shape, snap)
         return out
 
-    async def _poll_remote_shape(self, shape: Shape, snap: Q.Snapshot, mine: list[Job],
-                                 out: dict[Job, StateUpdate]) -> None:
+    async def _poll_remote_shape(
+        self, shape: Shape, snap: Q.Snapshot, mine: list[Job], out: dict[Job, StateUpdate]
+    ) -> None:
         """One remote shape's cycle: states from the one-command scan, outputs copied back on the end."""
         assert shape.remote is not None
         rs = shape.last_remote
         assert rs is not None
         if rs.running:
             finals = self._final_pilot_keys(shape)
-            lost = [r for r, e in rs.runners.items()
-                    if str(e.get("pilot")) in finals or str(e.get("native_id")) in finals]
+            lost = [
+                r
+                for r, e in rs.runners.items()
+                if str(e.get("pilot")) in finals or str(e.get("native_id")) in finals
+            ]
             claimed = {str(e.get("runner")) for e in rs.running.values()}
             lost_claimed = set(lost) & claimed
             now = time.monotonic()
@@ -581,7 +670,9 @@ class BatchExecutor(Executor):
                 shape.last_recover = now
                 moved = await shape.remote.recover(f"manager-{os.getpid()}", lost)
                 if moved:
-                    log.warning("batch %s: re-queued %s (their pilot ended)", shape.key, ", ".join(moved))
+                    log.warning(
+                        "batch %s: re-queued %s (their pilot ended)", shape.key, ", ".join(moved)
+                    )
                     snap = await self._scan(shape)
                     rs = shape.last_remote
                     assert rs is not None
@@ -592,25 +683,41 @@ class BatchExecutor(Executor):
                 done = rs.done[tid]
                 update = self._final(job, done)
                 if done.get("pilot"):  # the pilot job's own id (UNICORE's differs from Slurm's)
-                    update = attrs.evolve(update, extra={**(update.extra or {}), "pilot": self._pilot_of(shape, done)})
+                    update = attrs.evolve(
+                        update, extra={**(update.extra or {}), "pilot": self._pilot_of(shape, done)}
+                    )
                 out[job] = update
             elif tid in rs.running:
                 entry = rs.running[tid]
-                if (job.state is JobState.RUNNING and job.record.extra.get("runner") == entry.get("runner")
-                        and job.pilot is not None):
+                if (
+                    job.state is JobState.RUNNING
+                    and job.record.extra.get("runner") == entry.get("runner")
+                    and job.pilot is not None
+                ):
                     continue
                 runner = rs.runners.get(str(entry.get("runner", ""))) or {}
                 native = self._pilot_of(shape, runner)
                 out[job] = StateUpdate(
-                    state=JobState.RUNNING, detail=f"claimed by runner {entry.get('runner')}", reason="",
-                    extra={"pilot": str(native) if native is not None else None, "runner": entry.get("runner"),
-                           "batch_attempt": entry.get("attempt")},
+                    state=JobState.RUNNING,
+                    detail=f"claimed by runner {entry.get('runner')}",
+                    reason="",
+                    extra={
+                        "pilot": str(native) if native is not None else None,
+                        "runner": entry.get("runner"),
+                        "batch_attempt": entry.get("attempt"),
+                    },
                 )
             elif tid in snap.pending and job.state is JobState.RUNNING:
-                out[job] = StateUpdate(state=JobState.PENDING, detail="re-queued",
-                                       reason="re-queued: its runner was lost")
-        orphaned = isinstance(shape.remote, RestQueue) and bool(shape.remote.lost_runners) and any(
-            str(e.get("runner")) in shape.remote.lost_runners for e in rs.running.values())
+                out[job] = StateUpdate(
+                    state=JobState.PENDING,
+                    detail="re-queued",
+                    reason="re-queued: its runner was lost",
+                )
+        orphaned = (
+            isinstance(shape.remote, RestQueue)
+            and bool(shape.remote.lost_runners)
+            and any(str(e.get("runner")) in shape.remote.lost_runners for e in rs.running.values())
+        )
         if orphaned and not snap.pending:
             # claims of a final pilot that no rename can re-queue: the next pilot's runner does
             await self._manage(shape, snap, orphaned=True)
@@ -619,8 +726,13 @@ class BatchExecutor(Executor):
             if refused and not self._active(shape):
                 reason = f"the batch pilot could not be submitted: {refused[-1].reason}"
                 for job in mine:
-                    if job.task_id in snap.pending and await shape.remote.cancel_task(job.task_id) == "cancelled":
-                        out[job] = StateUpdate(state=JobState.FAILED, detail="pilot refused", reason=reason)
+                    if (
+                        job.task_id in snap.pending
+                        and await shape.remote.cancel_task(job.task_id) == "cancelled"
+                    ):
+                        out[job] = StateUpdate(
+                            state=JobState.FAILED, detail="pilot refused", reason=reason
+                        )
                 shape.pilots = [p for p in shape.pilots if p not in refused]
                 snap = await self._scan(shape)
             await self._manage(shape, snap)
@@ -633,7 +745,10 @@ class BatchExecutor(Executor):
             argv = list(getattr(pilot.task, "target", None) or ())
             if not argv:
                 try:
-                    argv = json.loads((pilot.directory / "params.json").read_text()).get("target") or []
+                    argv = (
+                        json.loads((pilot.directory / "params.json").read_text()).get("target")
+                        or []
+                    )
                 except (OSError, ValueError, AttributeError):
                     argv = []
             tag = shape.tags[pilot.directory] = pilot_tag(argv) or ""
@@ -659,7 +774,9 @@ class BatchExecutor(Executor):
         native = runner.get("native_id")
         return str(native) if native is not None else None
 
-    def _fail_if_pilot_refused(self, shape: Shape, snap: Q.Snapshot, mine: list[Job], out: dict[Job, StateUpdate]) -> bool:
+    def _fail_if_pilot_refused(
+        self, shape: Shape, snap: Q.Snapshot, mine: list[Job], out: dict[Job, StateUpdate]
+    ) -> bool:
         """A pilot refused at submission (no id): this process's pending tasks fail with its
         message (no retry loop against a request the scheduler refuses). True if any failed."""
         refused = [p for p in shape.pilots if p.state is JobState.FAILED and not p.native_id]
@@ -684,17 +801,25 @@ class BatchExecutor(Executor):
             return self._final(job, done)
         if tid in snap.running:
             entry = Q.read_running(shape.queue, tid) or {}
-            if job.state is JobState.RUNNING and job.record.extra.get("runner") == entry.get("runner"):
+            if job.state is JobState.RUNNING and job.record.extra.get("runner") == entry.get(
+                "runner"
+            ):
                 return None
             pilot = self._pilot_native(shape, str(entry.get("runner", "")))
             return StateUpdate(
                 state=JobState.RUNNING,
                 detail=f"claimed by runner {entry.get('runner')}",
                 reason="",
-                extra={"pilot": pilot, "runner": entry.get("runner"), "batch_attempt": entry.get("attempt")},
+                extra={
+                    "pilot": pilot,
+                    "runner": entry.get("runner"),
+                    "batch_attempt": entry.get("attempt"),
+                },
             )
         if tid in snap.pending and job.state is JobState.RUNNING:
-            return StateUpdate(state=JobState.PENDING, detail="re-queued", reason="re-queued: its runner was lost")
+            return StateUpdate(
+                state=JobState.PENDING, detail="re-queued", reason="re-queued: its runner was lost"
+            )
         return None
 
     async def _orphan_update(self, job: Job) -> StateUpdate | None:
@@ -737,8 +862,11 @@ class BatchExecutor(Executor):
             signal=done.get("signal"),
             started_at=done.get("start"),
             ended_at=done.get("end"),
-            extra={"pilot": done.get("native_id"), "runner": done.get("runner"),
-                   "batch_attempt": done.get("attempt")},
+            extra={
+                "pilot": done.get("native_id"),
+                "runner": done.get("runner"),
+                "batch_attempt": done.get("attempt"),
+            },
         )
 
     # -- cancel ---------------------------------------------------------------------------------
@@ -748,20 +876,32 @@ class BatchExecutor(Executor):
             info = job.record.extra.get("batch") or {}
             queue = info.get("queue")
             if not queue:
-                job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancelled before publication",
-                                      reason="cancelled on request"))
+                job.apply(
+                    StateUpdate(
+                        state=JobState.CANCELLED,
+                        detail="cancelled before publication",
+                        reason="cancelled on request",
+                    )
+                )
                 continue
             remote = info.get("remote_queue")
             shape = self._shape_of_job(job) if remote else None
             if shape is not None and shape.remote is not None:
                 result = await shape.remote.cancel_task(job.task_id)
             elif remote:  # known from its record only (launchers cancel): reach the queue again
-                result = await queue_from_locator(job.task_id, info.get("locator")).cancel_task(job.task_id)
+                result = await queue_from_locator(job.task_id, info.get("locator")).cancel_task(
+                    job.task_id
+                )
             else:
                 result = Q.cancel_task(queue, job.task_id)
             if result == "cancelled":
-                job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancelled while queued",
-                                      reason="cancelled on request"))
+                job.apply(
+                    StateUpdate(
+                        state=JobState.CANCELLED,
+                        detail="cancelled while queued",
+                        reason="cancelled on request",
+                    )
+                )
 
     async def cancel_launcher(self, batch: BatchLauncher) -> None:
         """Cancel every pilot of ``batch``'s shapes (one request) and its unclaimed tasks."""
@@ -775,8 +915,13 @@ class BatchExecutor(Executor):
                 for tid in [*snap.pending, *snap.running]:
                     job = shape.jobs.get(tid)
                     if await shape.remote.cancel_task(tid) == "cancelled" and job is not None:
-                        job.apply(StateUpdate(state=JobState.CANCELLED, detail="batch cancelled",
-                                              reason="cancelled on request"))
+                        job.apply(
+                            StateUpdate(
+                                state=JobState.CANCELLED,
+                                detail="batch cancelled",
+                                reason="cancelled on request",
+                            )
+                        )
                     elif job is not None:
                         job.cancel_requested = True
                 continue
@@ -784,8 +929,13 @@ class BatchExecutor(Executor):
             for tid, name in snap.pending.items():
                 job = shape.jobs.get(tid)
                 if Q.cancel_pending(shape.queue, name, tid) and job is not None:
-                    job.apply(StateUpdate(state=JobState.CANCELLED, detail="batch cancelled",
-                                          reason="cancelled on request"))
+                    job.apply(
+                        StateUpdate(
+                            state=JobState.CANCELLED,
+                            detail="batch cancelled",
+                            reason="cancelled on request",
+                        )
+                    )
             for tid in snap.running:
                 # killed with their pilot: never re-queued for another one
                 Q.request_cancel(shape.queue, tid)
@@ -820,8 +970,10 @@ def _remote_info(shape: Shape) -> dict[str, Any]:
 def queue_from_locator(task_id: str, locator: Any) -> RemoteQueue | RestQueue:
     """The remote queue a record's ``locator`` names (SSH connector, UNICORE or firecREST site)."""
     if not isinstance(locator, Mapping):
-        raise LaunchersError(f"job {task_id}: its record does not say how to reach its batch queue "
-                             "(recorded by an older version); cancel it from the experiment that submitted it")
+        raise LaunchersError(
+            f"job {task_id}: its record does not say how to reach its batch queue "
+            "(recorded by an older version); cancel it from the experiment that submitted it"
+        )
     kind = locator.get("kind")
     if kind == "ssh":
         from ..config.loader import load_config

@@ -69,7 +69,9 @@ def check_description(data: Any, name: str) -> dict[str, Any]:
         raise DescriptionError(f"{name}: not a YAML mapping with a 'script' key")
     script = data["script"]
     if not isinstance(script, str) or not SCRIPT_NAME.match(script):
-        raise DescriptionError(f"{name}: script {script!r} must match [A-Za-z0-9_-]+ (a template name, no path)")
+        raise DescriptionError(
+            f"{name}: script {script!r} must match [A-Za-z0-9_-]+ (a template name, no path)"
+        )
     args = data.get("args") or {}
     if not isinstance(args, dict):
         raise DescriptionError(f"{name}: args must be a mapping, not {type(args).__name__}")
@@ -194,7 +196,9 @@ class HpcBatchServer:
         values["workspace"] = str(workspace)
         for key, value in (data.get("args") or {}).items():
             if isinstance(value, (list, dict)):
-                raise TemplateError(f"args.{key}: a {type(value).__name__} cannot be substituted into a script")
+                raise TemplateError(
+                    f"args.{key}: a {type(value).__name__} cannot be substituted into a script"
+                )
             values[str(key)] = value
         for key in ("input_map", "output_map"):
             for k, path in (data.get(key) or {}).items():
@@ -203,7 +207,9 @@ class HpcBatchServer:
 
     def start(self, submitted: Path, data: dict[str, Any]) -> None:
         stem = submitted.name[: -len(".job.submitted")]
-        workspace = self.workdir / "hpc_batch" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', stem)}-{time.time_ns()}"
+        workspace = (
+            self.workdir / "hpc_batch" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', stem)}-{time.time_ns()}"
+        )
         template_path = self.templates / f"{data['script']}.template"
         try:
             template = template_path.read_text(encoding="utf-8")
@@ -217,7 +223,9 @@ class HpcBatchServer:
                 shutil.copyfile(src, workspace / "input" / os.path.basename(src))
             except OSError as e:
                 shutil.rmtree(workspace, ignore_errors=True)
-                raise DescriptionError(f"input {key}: cannot copy {src}: {e.strerror or e}") from None
+                raise DescriptionError(
+                    f"input {key}: cannot copy {src}: {e.strerror or e}"
+                ) from None
         atomic_write_text(workspace / "job.sh", script, mode=0o755)
         self.submit(submitted, data, workspace)
 
@@ -225,7 +233,11 @@ class HpcBatchServer:
         stem = submitted.name[: -len(".job.submitted")]
         task = command(["bash", str(workspace / "job.sh")], name=f"hpc-{stem}", cwd=str(workspace))
         job = task.submit(self.launcher)
-        block = {"task_id": job.task_id, "job_directory": str(job.directory), "workspace": str(workspace)}
+        block = {
+            "task_id": job.task_id,
+            "job_directory": str(job.directory),
+            "workspace": str(workspace),
+        }
         queue = (job.record.extra.get("batch") or {}).get("queue")
         if queue:
             block["queue"] = queue
@@ -245,7 +257,12 @@ class HpcBatchServer:
                 continue
             block = data.pop("launchers", None)
             if not isinstance(block, dict) or "workspace" not in block:
-                self.finish(submitted, data, "error", "claimed by a server that stopped before submitting it")
+                self.finish(
+                    submitted,
+                    data,
+                    "error",
+                    "claimed by a server that stopped before submitting it",
+                )
                 continue
             try:
                 self.submit(submitted, data, Path(block["workspace"]))
@@ -278,7 +295,9 @@ class HpcBatchServer:
                 for p in placed:
                     with contextlib.suppress(OSError):
                         p.unlink()
-                return str(e) if not e.strerror else f"output {k}: cannot copy to {dest}: {e.strerror}"
+                return (
+                    str(e) if not e.strerror else f"output {k}: cannot copy to {dest}: {e.strerror}"
+                )
         return None
 
     def collect(self, item: InFlight) -> None:
@@ -288,13 +307,21 @@ class HpcBatchServer:
         logs = f"full logs: {job.stdout_path} and {job.stderr_path}"
         if state is JobState.COMPLETED:
             problem = self.place_outputs(item)
-            status, message = ("ok", f"completed; {logs}") if problem is None else ("error", f"{problem}; {logs}")
+            status, message = (
+                ("ok", f"completed; {logs}") if problem is None else ("error", f"{problem}; {logs}")
+            )
         elif state is JobState.FAILED and rec.exit_code not in (None, 0) and not rec.signal:
-            status, message = "error", f"remote command failed with exit code {rec.exit_code}; {logs}"
+            status, message = (
+                "error",
+                f"remote command failed with exit code {rec.exit_code}; {logs}",
+            )
         elif state is JobState.TIMEOUT:
             status, message = "error", f"timed out ({rec.reason or 'task timeout'}); {logs}"
         else:
-            status, message = "error", f"job ended {state.value}: {rec.reason or 'no reason given'}; {logs}"
+            status, message = (
+                "error",
+                f"job ended {state.value}: {rec.reason or 'no reason given'}; {logs}",
+            )
         extra = {
             "stdout": inline(job.stdout_path),
             "stderr": inline(job.stderr_path),
@@ -306,14 +333,20 @@ class HpcBatchServer:
         if self.cleanup:
             shutil.rmtree(item.workspace, ignore_errors=True)
 
-    def finish(self, submitted: Path, data: Mapping[str, Any], status: str, message: str, **more: Any) -> None:
+    def finish(
+        self, submitted: Path, data: Mapping[str, Any], status: str, message: str, **more: Any
+    ) -> None:
         """Write ``X.job.finished`` atomically, then remove ``X.job.submitted``."""
         result = {k: v for k, v in dict(data).items() if k != "launchers"}
         job = {"status": status, "message": message, "stderr": more.get("stderr", ""),
                "stdout": more.get("stdout", ""), "rc": more.get("rc"), "start": more.get("start"),
                "end": more.get("end")}  # fmt: skip
         result["job"] = job
-        name = submitted.name[: -len(".submitted")] if submitted.name.endswith(".submitted") else submitted.name
+        name = (
+            submitted.name[: -len(".submitted")]
+            if submitted.name.endswith(".submitted")
+            else submitted.name
+        )
         self.write_yaml(submitted.with_name(name + ".finished"), result)
         with contextlib.suppress(FileNotFoundError):
             submitted.unlink()
@@ -331,21 +364,28 @@ class HpcBatchServer:
             if item.job.state.is_final:
                 self.collect(item)
 
-    def serve(self, *, once: bool = False, interval: float = 1.0, stop_when_idle: float | None = None) -> None:
+    def serve(
+        self, *, once: bool = False, interval: float = 1.0, stop_when_idle: float | None = None
+    ) -> None:
         """Run until interrupted (``once``: until the dropbox is empty and nothing runs)."""
         from ..errors import ExperimentFailed
         from ..jobs.experiment import experiment
 
         self.workdir.mkdir(parents=True, exist_ok=True)
         idle_since = time.monotonic()
-        with contextlib.suppress(ExperimentFailed), experiment(self.workdir, self.launcher, progress=False):
+        with (
+            contextlib.suppress(ExperimentFailed),
+            experiment(self.workdir, self.launcher, progress=False),
+        ):
             self.resume()
             while True:
                 self.tick()
                 busy = bool(self.inflight) or self.waiting > 0
                 if busy:
                     idle_since = time.monotonic()
-                elif once or (stop_when_idle is not None and time.monotonic() - idle_since >= stop_when_idle):
+                elif once or (
+                    stop_when_idle is not None and time.monotonic() - idle_since >= stop_when_idle
+                ):
                     return
                 time.sleep(interval)
 

@@ -67,13 +67,17 @@ def _slots(value: Any) -> int | str:
     if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
         return "auto"
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"batch option slots: must be 'auto' or an integer >= 1, not {value!r}", key="slots")
+        raise ConfigurationError(
+            f"batch option slots: must be 'auto' or an integer >= 1, not {value!r}", key="slots"
+        )
     return value
 
 
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"batch option {name}: must be an integer >= 1, not {value!r}", key=name)
+        raise ConfigurationError(
+            f"batch option {name}: must be an integer >= 1, not {value!r}", key=name
+        )
     return value
 
 

@@ -83,7 +83,9 @@ def cancel_pending(queue: str | os.PathLike[str], name: str, task_id: str) -> bo
         os.rename(src, dst)
     except FileNotFoundError:
         return False
-    entry.update(state="CANCELLED", reason="cancelled on request", rc=None, signal=None, end=R.now_iso())
+    entry.update(
+        state="CANCELLED", reason="cancelled on request", rc=None, signal=None, end=R.now_iso()
+    )
     R.write_json(str(dst), entry)
     return True
 
@@ -130,7 +132,9 @@ def scan(queue: str | os.PathLike[str]) -> Snapshot:
             pending[parsed[1]] = name
 
     def ids(sub: str, suffix: str = ".json") -> frozenset[str]:
-        return frozenset(n[: -len(suffix)] if suffix and n.endswith(suffix) else n for n in R.listing(q, sub))
+        return frozenset(
+            n[: -len(suffix)] if suffix and n.endswith(suffix) else n for n in R.listing(q, sub)
+        )
 
     return Snapshot(
         pending=pending,
@@ -175,7 +179,10 @@ def read_runners(queue: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def recover(
-    queue: str | os.PathLike[str], *, lost_after: float = R.LOST_AFTER, final_natives: Iterable[str] = ()
+    queue: str | os.PathLike[str],
+    *,
+    lost_after: float = R.LOST_AFTER,
+    final_natives: Iterable[str] = (),
 ) -> list[str]:
     """Re-queue claims of lost runners: heartbeat older than ``lost_after`` or whose pilot
     (native id in ``final_natives``) is final. Returns the re-queued task ids."""
@@ -184,7 +191,9 @@ def recover(
     final_runners = []
     if finals:
         for name in R.listing(q, R.RUNNERS):
-            entry = R.read_entry(os.path.join(q, R.RUNNERS, name)) if name.endswith(".json") else None
+            entry = (
+                R.read_entry(os.path.join(q, R.RUNNERS, name)) if name.endswith(".json") else None
+            )
             if entry is not None and str(entry.get("native_id")) in finals:
                 final_runners.append(str(entry.get("runner")))
     try:

@@ -108,12 +108,23 @@ def parse_scan(text: str) -> RemoteSnapshot:
             pending[parsed[1]] = name
 
     def ids(sub: str, suffix: str = ".json") -> frozenset[str]:
-        return frozenset(n[: -len(suffix)] if suffix and n.endswith(suffix) else n for n in data.get(sub, []))
+        return frozenset(
+            n[: -len(suffix)] if suffix and n.endswith(suffix) else n for n in data.get(sub, [])
+        )
 
-    snap = Q.Snapshot(pending=pending, running=ids(R.RUNNING), done=ids(R.DONE), cancel=ids(R.CANCEL, ""),
-                      runners=ids(R.RUNNERS))
-    return RemoteSnapshot(snap, data.get("done_entries", {}), data.get("running_entries", {}),
-                          data.get("runners_entries", {}))
+    snap = Q.Snapshot(
+        pending=pending,
+        running=ids(R.RUNNING),
+        done=ids(R.DONE),
+        cancel=ids(R.CANCEL, ""),
+        runners=ids(R.RUNNERS),
+    )
+    return RemoteSnapshot(
+        snap,
+        data.get("done_entries", {}),
+        data.get("running_entries", {}),
+        data.get("runners_entries", {}),
+    )
 
 
 def connector_of(inner: Any) -> Connector:
@@ -127,7 +138,9 @@ def connector_of(inner: Any) -> Connector:
 
 def remote_base(connector: Connector) -> str:
     """The connector's ``workdir`` (where remote queues live)."""
-    base = getattr(getattr(connector, "config", None), "workdir", None) or "~/.local/share/launchers"
+    base = (
+        getattr(getattr(connector, "config", None), "workdir", None) or "~/.local/share/launchers"
+    )
     return str(base).rstrip("/")
 
 
@@ -151,7 +164,12 @@ class RemoteQueue:
 
     def locator(self) -> dict[str, Any]:
         """What a job record keeps to reach this queue again (``launchers cancel``)."""
-        return {"kind": "ssh", "connector": self.connector.name, "config": self.config_file, "path": self.path}
+        return {
+            "kind": "ssh",
+            "connector": self.connector.name,
+            "config": self.config_file,
+            "path": self.path,
+        }
 
     async def _resolve(self) -> None:
         """Expand a leading ``~`` of the queue path with the remote home (once): remote
@@ -167,7 +185,9 @@ class RemoteQueue:
         await self._resolve()
         res = await self.connector.run(["python3", "-c", script, self.path, *args])
         if res.returncode != 0:
-            raise ConnectorError(f"batch queue {self.path}: remote command failed: {res.stderr.strip()[:300]}")
+            raise ConnectorError(
+                f"batch queue {self.path}: remote command failed: {res.stderr.strip()[:300]}"
+            )
         return res.stdout
 
     async def ensure(self) -> None:
@@ -178,7 +198,9 @@ class RemoteQueue:
         subs = " ".join(shlex.quote(f"{self.path}/{s}") for s in (*R.SUBDIRS, "tasks"))
         res = await self.connector.run(["sh", "-c", f"mkdir -p {subs}"])
         if res.returncode != 0:
-            raise LaunchersError(f"batch queue {self.path}: cannot prepare it: {res.stderr.strip()}")
+            raise LaunchersError(
+                f"batch queue {self.path}: cannot prepare it: {res.stderr.strip()}"
+            )
         await self.connector.write_file(f"{self.path}/{Q.RUNNER_FILE}", Q.runner_source())
         self.ready = True
 
@@ -192,9 +214,13 @@ class RemoteQueue:
         d = self.task_dir(task_id)
         names = " ".join(shlex.quote(f"{d}/{n}") for n in OUTPUTS)
         old = f"{shlex.quote(self.path)}/done/{shlex.quote(task_id)}.json {shlex.quote(self.path)}/cancel/{shlex.quote(task_id)}"
-        res = await self.connector.run(["sh", "-c", f"mkdir -p {shlex.quote(d)} && rm -f {names} {old}"])
+        res = await self.connector.run(
+            ["sh", "-c", f"mkdir -p {shlex.quote(d)} && rm -f {names} {old}"]
+        )
         if res.returncode != 0:
-            raise ConnectorError(f"batch queue {self.path}: cannot prepare {d}: {res.stderr.strip()}")
+            raise ConnectorError(
+                f"batch queue {self.path}: cannot prepare {d}: {res.stderr.strip()}"
+            )
         return d
 
     async def publish(self, entry: Mapping[str, Any]) -> str:
@@ -210,18 +236,22 @@ class RemoteQueue:
         return parse_scan(await self._py(SCAN_SCRIPT))
 
     async def cancel_task(self, task_id: str) -> str:
-        """"cancelled" when still pending (renamed to done/), "requested" (cancel/<id> written) otherwise."""
+        """ "cancelled" when still pending (renamed to done/), "requested" (cancel/<id> written) otherwise."""
         await self._resolve()
         return (await self._py(CANCEL_SCRIPT, task_id)).strip() or "requested"
 
-    async def recover(self, who: str, final_runners: list[str], lost_after: float = R.LOST_AFTER) -> list[str]:
+    async def recover(
+        self, who: str, final_runners: list[str], lost_after: float = R.LOST_AFTER
+    ) -> list[str]:
         """Re-queue claims whose runner's pilot is final or whose heartbeat is older than ``lost_after``."""
         await self._resolve()
         text = await self._py(RECOVER_SCRIPT, who, f"{lost_after:g}", *final_runners)
         try:
             return [str(t) for t in json.loads(text)]
         except ValueError:
-            raise ConnectorError(f"batch queue {self.path}: unreadable recovery answer {text[:200]!r}") from None
+            raise ConnectorError(
+                f"batch queue {self.path}: unreadable recovery answer {text[:200]!r}"
+            ) from None
 
     async def fetch_outputs(self, task_id: str, local: Path) -> None:
         """Copy the task's outputs back into its local job directory."""

@@ -60,8 +60,9 @@ def entry_names(names: Sequence[str]) -> list[str]:
     return sorted(n for n in names if n and not n.startswith("."))
 
 
-def snapshot_of(pending: Sequence[str], running: Sequence[str], done: Sequence[str],
-                runners: Sequence[str] = ()) -> Q.Snapshot:
+def snapshot_of(
+    pending: Sequence[str], running: Sequence[str], done: Sequence[str], runners: Sequence[str] = ()
+) -> Q.Snapshot:
     """Three listings as a ``Snapshot`` (the cancel listing is not read over REST) (pure)."""
     pend: dict[str, str] = {}
     for name in pending:
@@ -72,11 +73,18 @@ def snapshot_of(pending: Sequence[str], running: Sequence[str], done: Sequence[s
     def ids(names: Sequence[str]) -> frozenset[str]:
         return frozenset(n[:-5] for n in names if n.endswith(".json"))
 
-    return Q.Snapshot(pending=pend, running=ids(running), done=ids(done), cancel=frozenset(),
-                      runners=frozenset(runners))
+    return Q.Snapshot(
+        pending=pend,
+        running=ids(running),
+        done=ids(done),
+        cancel=frozenset(),
+        runners=frozenset(runners),
+    )
 
 
-def lost_claims(running: Mapping[str, Mapping[str, Any]], final_runners: Sequence[str]) -> list[str]:
+def lost_claims(
+    running: Mapping[str, Mapping[str, Any]], final_runners: Sequence[str]
+) -> list[str]:
     """Task ids claimed by a runner whose pilot is final (pure)."""
     finals = set(final_runners)
     return sorted(t for t, e in running.items() if str(e.get("runner")) in finals)
@@ -92,8 +100,15 @@ def requeue_target(task_id: str, entry: Mapping[str, Any], cancelled: bool) -> s
 
 def cancelled_entry(task_id: str) -> dict[str, Any]:
     """The ``done/`` entry of a task cancelled before any runner claimed it (pure)."""
-    return {"id": task_id, "state": "CANCELLED", "reason": "cancelled on request", "rc": None, "signal": None,
-            "start": None, "end": R.now_iso()}
+    return {
+        "id": task_id,
+        "state": "CANCELLED",
+        "reason": "cancelled on request",
+        "rc": None,
+        "signal": None,
+        "start": None,
+        "end": R.now_iso(),
+    }
 
 
 # -- the protocol over file primitives -------------------------------------------------------------
@@ -211,7 +226,9 @@ class RestQueue(abc.ABC):
     async def scan(self) -> RemoteSnapshot:
         """Three listings, then one read per done/running entry and runner not seen before."""
         await self._resolve()
-        lists = await asyncio.gather(*(self._call(self.list_sync, s) for s in (R.PENDING, R.RUNNING, R.DONE)))
+        lists = await asyncio.gather(
+            *(self._call(self.list_sync, s) for s in (R.PENDING, R.RUNNING, R.DONE))
+        )
         pending, running, done = (entry_names(x or []) for x in lists)
         done_ids = [n[:-5] for n in done if n.endswith(".json")]
         running_ids = [n[:-5] for n in running if n.endswith(".json")]
@@ -220,17 +237,22 @@ class RestQueue(abc.ABC):
         # a claim is read when it appears (a re-claim passes through pending/ and appears again)
         self._running = {t: e for t, e in self._running.items() if t in set(running_ids)}
         new_running = [t for t in running_ids if t not in self._running]
-        rels = [f"{R.DONE}/{t}.json" for t in new_done] + [f"{R.RUNNING}/{t}.json" for t in new_running]
+        rels = [f"{R.DONE}/{t}.json" for t in new_done] + [
+            f"{R.RUNNING}/{t}.json" for t in new_running
+        ]
         for rel, data in zip(rels, await self._read_many(rels), strict=True):
             entry = parse_entry(data)
             if entry is None:
                 continue  # written in place and not complete yet (or gone): next scan
             tid = rel.split("/", 1)[1][:-5]
             (self._done if rel.startswith(R.DONE) else self._running)[tid] = entry
-        wanted = sorted({str(e.get("runner")) for e in self._running.values() if e.get("runner")}
-                        - set(self._runners))
-        for runner, data in zip(wanted, await self._read_many([f"{R.RUNNERS}/{r}.json" for r in wanted]),
-                                strict=True):
+        wanted = sorted(
+            {str(e.get("runner")) for e in self._running.values() if e.get("runner")}
+            - set(self._runners)
+        )
+        for runner, data in zip(
+            wanted, await self._read_many([f"{R.RUNNERS}/{r}.json" for r in wanted]), strict=True
+        ):
             entry = parse_entry(data)
             if entry is not None:
                 self._runners[runner] = entry
@@ -240,26 +262,36 @@ class RestQueue(abc.ABC):
         return RemoteSnapshot(snap, dict(self._done), dict(self._running), dict(self._runners))
 
     async def cancel_task(self, task_id: str) -> str:
-        """"cancelled" when still pending (renamed, or removed, into ``done/``), "requested"
+        """ "cancelled" when still pending (renamed, or removed, into ``done/``), "requested"
         (``cancel/<id>`` written: the runner stops it) otherwise."""
         await self._resolve()
         self._cancelled.add(task_id)
         names = entry_names(await self._call(self.list_sync, R.PENDING) or [])
         name = next((n for n in names if (R.split_pending(n) or (0, ""))[1] == task_id), None)
         done = f"{R.DONE}/{task_id}.json"
-        if name is not None and self.can_rename and await self._call(self.rename_sync, f"{R.PENDING}/{name}", done):
+        if (
+            name is not None
+            and self.can_rename
+            and await self._call(self.rename_sync, f"{R.PENDING}/{name}", done)
+        ):
             await self._call(self.write_sync, done, json.dumps(cancelled_entry(task_id)).encode())
             return "cancelled"
         if task_id in self._done:
             return "requested"
         # first the request (a runner claiming meanwhile sees it), then take the entry away
         await self._call(self.write_sync, f"{R.CANCEL}/{task_id}", (R.now_iso() + "\n").encode())
-        if name is not None and not self.can_rename and await self._call(self.delete_sync, f"{R.PENDING}/{name}"):
+        if (
+            name is not None
+            and not self.can_rename
+            and await self._call(self.delete_sync, f"{R.PENDING}/{name}")
+        ):
             await self._call(self.write_sync, done, json.dumps(cancelled_entry(task_id)).encode())
             return "cancelled"
         return "requested"
 
-    async def recover(self, who: str, final_runners: list[str], lost_after: float = R.LOST_AFTER) -> list[str]:
+    async def recover(
+        self, who: str, final_runners: list[str], lost_after: float = R.LOST_AFTER
+    ) -> list[str]:
         """Re-queue the claims of runners whose pilot is final: by rename where the API has
         one; else remember the runners for the next pilot, whose runner re-queues them."""
         lost = lost_claims(self._running, final_runners)
@@ -279,7 +311,9 @@ class RestQueue(abc.ABC):
                 moved.append(tid)
                 self._running.pop(tid, None)
                 if target.startswith(R.DONE):
-                    await self._call(self.write_sync, target, json.dumps(cancelled_entry(tid)).encode())
+                    await self._call(
+                        self.write_sync, target, json.dumps(cancelled_entry(tid)).encode()
+                    )
         return moved
 
     async def _note_requeue(self, task_id: str, runner: str) -> None:
@@ -289,7 +323,11 @@ class RestQueue(abc.ABC):
         try:
             old = await self._call(self.read_sync, rel) or b""
             line = f"launchers: runner {runner} lost, task re-queued\n".encode()
-            await self._call(self.write_sync, rel, old + (b"" if not old or old.endswith(b"\n") else b"\n") + line)
+            await self._call(
+                self.write_sync,
+                rel,
+                old + (b"" if not old or old.endswith(b"\n") else b"\n") + line,
+            )
         except LaunchersError:
             pass  # the note is informative; the re-queue itself must still happen
 
@@ -305,8 +343,9 @@ class RestQueue(abc.ABC):
         await self._resolve()
         present = set(await self._call(self.list_sync, f"{TASKS}/{task_id}") or [])
         names = [n for n in OUTPUTS if n in present]
-        for name, data in zip(names, await self._read_many([f"{TASKS}/{task_id}/{n}" for n in names]),
-                              strict=True):
+        for name, data in zip(
+            names, await self._read_many([f"{TASKS}/{task_id}/{n}" for n in names]), strict=True
+        ):
             if data is None:
                 continue
             local.mkdir(parents=True, exist_ok=True)
@@ -332,7 +371,12 @@ class UnicoreQueue(RestQueue):
         return self.executor
 
     def locator(self) -> dict[str, Any]:
-        return {"kind": "unicore", "site": self._ex()._site_record(), "storage": self.storage, "rel": self.rel}
+        return {
+            "kind": "unicore",
+            "site": self._ex()._site_record(),
+            "storage": self.storage,
+            "rel": self.rel,
+        }
 
     def _retry(self, fn: Any, what: str) -> Any:
         from ..remote.http import with_retries
@@ -354,13 +398,17 @@ class UnicoreQueue(RestQueue):
         except LaunchersError:
             raise
         except Exception as e:
-            raise ConnectorError(f"UNICORE site {ex.site.url}: cannot use the storage {self.storage!r} "
-                                 f"(site.batch_storage) for the batch queue: {e}") from None
+            raise ConnectorError(
+                f"UNICORE site {ex.site.url}: cannot use the storage {self.storage!r} "
+                f"(site.batch_storage) for the batch queue: {e}"
+            ) from None
         links = props.get("_links") or {}
         mount = str(props.get("mountPoint") or "")
         if not mount:
-            raise ConnectorError(f"UNICORE storage {self.storage!r} does not tell its mountPoint: the pilot "
-                                 "could not find the queue")
+            raise ConnectorError(
+                f"UNICORE storage {self.storage!r} does not tell its mountPoint: the pilot "
+                "could not find the queue"
+            )
         self._files_url = str((links.get("files") or {}).get("href") or url + "/files").rstrip("/")
         self._rename_url = str((links.get("action:rename") or {}).get("href") or "")
         self.can_rename = bool(self._rename_url)
@@ -370,8 +418,10 @@ class UnicoreQueue(RestQueue):
         from ..remote.http import status_of
 
         try:
-            props = self._retry(lambda: self._ex()._get(self._url(rel), headers={"Accept": "application/json"}),
-                                f"list {rel}")
+            props = self._retry(
+                lambda: self._ex()._get(self._url(rel), headers={"Accept": "application/json"}),
+                f"list {rel}",
+            )
         except Exception as e:
             if status_of(e) == 404:
                 return None
@@ -383,7 +433,9 @@ class UnicoreQueue(RestQueue):
 
         def get() -> bytes | None:
             try:
-                resp = self._ex()._get(self._url(rel), headers={"Accept": "application/octet-stream"}, to_json=False)
+                resp = self._ex()._get(
+                    self._url(rel), headers={"Accept": "application/octet-stream"}, to_json=False
+                )
             except Exception as e:
                 if status_of(e) == 404:
                     return None
@@ -394,8 +446,14 @@ class UnicoreQueue(RestQueue):
 
     def write_sync(self, rel: str, data: bytes) -> None:
         transport = self._ex().client().transport
-        self._retry(lambda: transport.put(url=self._url(rel), headers={"Content-Type": "application/octet-stream"},
-                                          content=data).close(), f"write {rel}")
+        self._retry(
+            lambda: transport.put(
+                url=self._url(rel),
+                headers={"Content-Type": "application/octet-stream"},
+                content=data,
+            ).close(),
+            f"write {rel}",
+        )
 
     def delete_sync(self, rel: str) -> bool:
         transport = self._ex().client().transport
@@ -410,16 +468,22 @@ class UnicoreQueue(RestQueue):
     def mkdirs_sync(self, rels: Sequence[str]) -> None:
         transport = self._ex().client().transport
         for rel in rels:
-            self._retry(lambda rel=rel: transport.post(url=self._url(rel), json={}).close(), f"mkdir {rel}")
+            self._retry(
+                lambda rel=rel: transport.post(url=self._url(rel), json={}).close(), f"mkdir {rel}"
+            )
 
     def rename_sync(self, src: str, dst: str) -> bool:
         transport = self._ex().client().transport
         from ..remote.unicore_executor import unicore_action_path
 
-        body = {"from": unicore_action_path(posixpath.join(self.rel, src)),
-                "to": unicore_action_path(posixpath.join(self.rel, dst))}
+        body = {
+            "from": unicore_action_path(posixpath.join(self.rel, src)),
+            "to": unicore_action_path(posixpath.join(self.rel, dst)),
+        }
         try:
-            self._retry(lambda: transport.post(url=self._rename_url, json=body).close(), f"rename {src}")
+            self._retry(
+                lambda: transport.post(url=self._rename_url, json=body).close(), f"rename {src}"
+            )
         except LaunchersError:
             raise
         except Exception as e:  # the source is gone (a runner claimed it) or the rename failed
@@ -461,8 +525,13 @@ class FirecrestQueue(RestQueue):
 
         ex = self._ex()
         try:
-            return with_retries(lambda: fn(ex.client()), f"firecREST {what}", tries=4,
-                                transient=firecrest_transient, secrets=ex._secrets)
+            return with_retries(
+                lambda: fn(ex.client()),
+                f"firecREST {what}",
+                tries=4,
+                transient=firecrest_transient,
+                secrets=ex._secrets,
+            )
         except LaunchersError:
             raise
         except Exception as e:
@@ -483,8 +552,10 @@ class FirecrestQueue(RestQueue):
     def write_sync(self, rel: str, data: bytes) -> None:
         ex = self._ex()
         path = self._abs(rel)
-        ex._call(f"firecREST upload {rel}",
-                 lambda c: ex._upload(c, posixpath.dirname(path), posixpath.basename(path), data))
+        ex._call(
+            f"firecREST upload {rel}",
+            lambda c: ex._upload(c, posixpath.dirname(path), posixpath.basename(path), data),
+        )
 
     def delete_sync(self, rel: str) -> bool:
         machine = self._ex().site.machine
@@ -498,7 +569,10 @@ class FirecrestQueue(RestQueue):
         ex = self._ex()
         for rel in rels:
             path = self._abs(rel)
-            ex._call(f"firecREST mkdir {rel}", lambda c, path=path: c.mkdir(ex.site.machine, path, create_parents=True))
+            ex._call(
+                f"firecREST mkdir {rel}",
+                lambda c, path=path: c.mkdir(ex.site.machine, path, create_parents=True),
+            )
 
 
 # -- choosing the transport -------------------------------------------------------------------------
@@ -531,7 +605,11 @@ def rest_queue_from_locator(task_id: str, locator: Mapping[str, Any]) -> RestQue
         from ..remote.unicore_executor import executor_from_record as unicore_from_record
 
         ex_u = unicore_from_record({}, record)
-        return UnicoreQueue(executor=ex_u, storage=str(locator.get("storage") or "HOME"), rel=str(locator.get("rel")))
+        return UnicoreQueue(
+            executor=ex_u,
+            storage=str(locator.get("storage") or "HOME"),
+            rel=str(locator.get("rel")),
+        )
     if kind == "firecrest":
         from ..remote.firecrest_executor import executor_from_record as firecrest_from_record
 

@@ -28,12 +28,16 @@ NAME = re.compile(r"<<([A-Za-z_][A-Za-z0-9_]*)>>")
 SCRIPT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 OUTSIDE, SINGLE, DOUBLE = "outside", "single", "double"
-HEREDOC = "heredoc"  # body of a here-document with an unquoted delimiter: like double quotes, `"` literal
+HEREDOC = (
+    "heredoc"  # body of a here-document with an unquoted delimiter: like double quotes, `"` literal
+)
 LITERAL = "literal"  # body of a here-document with a quoted delimiter, or inside ${...}: no quoting exists
 ANSI_C = "ansi-c"  # inside $'...'
 ARITHMETIC = "arithmetic"  # inside $((...)), ((...)), $[...]
 COMMENT = "comment"  # in a # comment: quoted as outside, on one line
-BACKQUOTED = "backquoted "  # prefix: the context is inside `...`, whose text is unescaped once first
+BACKQUOTED = (
+    "backquoted "  # prefix: the context is inside `...`, whose text is unescaped once first
+)
 
 INERT = re.compile(r"[A-Za-z0-9_./,:=@%+-]*")
 INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -57,7 +61,9 @@ def value_text(name: str, value: Any) -> str:
             text = text[: -len("\n...")]
         text = text.removesuffix("...").strip()
     else:
-        raise TemplateError(f"template value {name!r} is a {type(value).__name__}; only strings, numbers and booleans can be substituted")
+        raise TemplateError(
+            f"template value {name!r} is a {type(value).__name__}; only strings, numbers and booleans can be substituted"
+        )
     if "\0" in text:
         raise TemplateError(f"template value {name!r} contains a NUL character")
     return text
@@ -85,7 +91,7 @@ def quote(text: str, context: str) -> str:
     """``text`` quoted for its place: outside quotes, inside double quotes, inside single quotes
     (and the other places :func:`contexts` reports)."""
     if context.startswith(BACKQUOTED):
-        inner = quote(text, context[len(BACKQUOTED):])
+        inner = quote(text, context[len(BACKQUOTED) :])
         return "".join("\\" + c if c in "\\`$" else c for c in inner)
     problem = _problem(text, context)
     if problem:
@@ -136,7 +142,9 @@ class _Scanner:
 
     def fail(self, pos: int, message: str) -> TemplateError:
         line = self.t.count("\n", 0, min(pos, len(self.t))) + 1
-        return TemplateError(f"{self.where}, line {line}: {message}; the placement of values cannot be determined safely")
+        return TemplateError(
+            f"{self.where}, line {line}: {message}; the placement of values cannot be determined safely"
+        )
 
     def placeholder(self, i: int, end: int) -> re.Match[str] | None:
         if self.t.startswith("<<", i):
@@ -157,14 +165,18 @@ class _Scanner:
             raise self.fail(i, "a backslash ends the text it is in")
         nxt = self.t[i + 1]
         if self.placeholder(i + 1, end):
-            raise self.fail(i, "a backslash right before a placeholder would escape part of its value")
+            raise self.fail(
+                i, "a backslash right before a placeholder would escape part of its value"
+            )
         if layers and nxt in '\\`$"':
             raise self.fail(i, f"backslash-escaped {nxt!r} inside backquotes; use $(...) instead")
         return i + 2
 
     def dollar_placeholder(self, i: int, end: int) -> None:
         if self.placeholder(i + 1, end):
-            raise self.fail(i, "a '$' right before a placeholder would turn its value into an expansion")
+            raise self.fail(
+                i, "a '$' right before a placeholder would turn its value into an expansion"
+            )
 
     # -- single-quoted, $'...' ---------------------------------------------------------------
 
@@ -181,7 +193,9 @@ class _Scanner:
             if c == "'":
                 return i + 1
             if layers and c == "\\" and i + 1 < end and t[i + 1] in "\\`$":
-                raise self.fail(i, f"backslash-escaped {t[i + 1]!r} inside backquotes; use $(...) instead")
+                raise self.fail(
+                    i, f"backslash-escaped {t[i + 1]!r} inside backquotes; use $(...) instead"
+                )
             i += 1
         raise self.fail(start, "unterminated single quote")
 
@@ -319,7 +333,9 @@ class _Scanner:
                 elif t.startswith("))", i):
                     return i + 2
                 else:
-                    raise self.fail(start, "'$((' (or '((') closed by a single ')'; write '$( (' for a subshell")
+                    raise self.fail(
+                        start, "'$((' (or '((') closed by a single ')'; write '$( (' for a subshell"
+                    )
             if c == "\\":
                 i = self.escape(i, end, layers)
             elif c == "'":
@@ -448,7 +464,10 @@ class _Scanner:
             in_pattern = bool(cases) and cases[-1][0] == "pattern"
             if c == "\n":
                 if any(f.pending for f in self.frames[:-1]):
-                    raise self.fail(i, "a line break inside a nested command before a pending here-document body")
+                    raise self.fail(
+                        i,
+                        "a line break inside a nested command before a pending here-document body",
+                    )
                 i = self.heredoc_bodies(i + 1, end, frame) if frame.pending else i + 1
                 word_start = command_position = True
                 after_for = False
@@ -495,7 +514,11 @@ class _Scanner:
                 continue
             elif c in ";&|":
                 op = t[i : i + 3]
-                if cases and cases[-1][0] == "body" and (op.startswith(";;") or op.startswith(";&")):
+                if (
+                    cases
+                    and cases[-1][0] == "body"
+                    and (op.startswith(";;") or op.startswith(";&"))
+                ):
                     cases[-1][0], cases[-1][1] = "pattern", False
                     i += 3 if op == ";;&" else 2
                 else:
@@ -564,7 +587,10 @@ class _Scanner:
                 if word == "in":
                     state[0], state[1] = "pattern", False
                 return
-            if word == "esac" and ((state[0] == "pattern" and not state[1]) or (state[0] == "body" and command_position)):
+            if word == "esac" and (
+                (state[0] == "pattern" and not state[1])
+                or (state[0] == "body" and command_position)
+            ):
                 cases.pop()
                 return
             if state[0] == "pattern":
@@ -574,7 +600,10 @@ class _Scanner:
 
     def close(self, frame: _Frame, i: int) -> None:
         if frame.pending:
-            raise self.fail(i, f"here-document {frame.pending[0].delimiter!r} has no body before the end of its command")
+            raise self.fail(
+                i,
+                f"here-document {frame.pending[0].delimiter!r} has no body before the end of its command",
+            )
         self.frames.pop()
 
 
@@ -600,7 +629,13 @@ def contexts(template: str) -> list[tuple[int, int, str, str]]:
 _NEWLINE_WORDS = {OUTSIDE: "'$'\\n''", SINGLE: "'$'\\n''", DOUBLE: "\"$'\\n'\"", ANSI_C: "\\n"}
 
 
-def _fill(template: str, found: list[tuple[int, int, str, str]], start: int, stop: int, quoted: dict[int, str]) -> str:
+def _fill(
+    template: str,
+    found: list[tuple[int, int, str, str]],
+    start: int,
+    stop: int,
+    quoted: dict[int, str],
+) -> str:
     parts = []
     last = start
     for s, e, _name, _context in found:
@@ -635,15 +670,19 @@ def render(template: str, values: Mapping[str, Any], *, where: str = "template")
     quoted: dict[int, str] = {}
     for start, _end, name, context in scanner.found:
         if name not in values:
-            raise TemplateError(f"{where}: unknown placeholder <<{name}>> (known: {', '.join(sorted(values))})")
+            raise TemplateError(
+                f"{where}: unknown placeholder <<{name}>> (known: {', '.join(sorted(values))})"
+            )
         text = value_text(name, values[name])
         problem = _problem(text, context)
         if problem:
             line = template.count("\n", 0, start) + 1
             raise TemplateError(f"{where}, line {line}: the value of <<{name}>> {problem}")
         quoted[start] = quote(text, context)
-        if "\n" in text and context in _NEWLINE_WORDS and any(
-            d.body_start <= start < d.body_end and not d.quoted for d in scanner.heredocs
+        if (
+            "\n" in text
+            and context in _NEWLINE_WORDS
+            and any(d.body_start <= start < d.body_end and not d.quoted for d in scanner.heredocs)
         ):
             # inside $(...) in a here-document body bash joins backslash-newline lines before
             # any quoting applies: a newline of the value is written as $'\n' instead

@@ -18,16 +18,38 @@ def register(subparsers: Any) -> None:
     sub = p.add_subparsers(dest="batch_command", metavar="COMMAND")
     sub.required = True
 
-    s = sub.add_parser("serve", help="run the pilot manager for a queue, or serve an hpc_batch dropbox")
-    s.add_argument("queue", nargs="?", metavar="QUEUE", help="a queue directory <workdir>/batch/<shape>")
-    s.add_argument("--hpc-batch", metavar="DROPBOX", help="serve hpc_batch's dropbox of *.job files")
+    s = sub.add_parser(
+        "serve", help="run the pilot manager for a queue, or serve an hpc_batch dropbox"
+    )
+    s.add_argument(
+        "queue", nargs="?", metavar="QUEUE", help="a queue directory <workdir>/batch/<shape>"
+    )
+    s.add_argument(
+        "--hpc-batch", metavar="DROPBOX", help="serve hpc_batch's dropbox of *.job files"
+    )
     s.add_argument("--templates", metavar="DIR", help="hpc_batch templates (<script>.template)")
-    s.add_argument("--launcher", metavar="GROUP", help="the launchers.yaml group (id) that runs the pilots")
-    s.add_argument("--requirements", metavar="SPEC", help="what one task needs (default: the group's smallest request)")
+    s.add_argument(
+        "--launcher", metavar="GROUP", help="the launchers.yaml group (id) that runs the pilots"
+    )
+    s.add_argument(
+        "--requirements",
+        metavar="SPEC",
+        help="what one task needs (default: the group's smallest request)",
+    )
     s.add_argument("--config", metavar="PATH", help="launchers.yaml, or a directory holding it")
-    s.add_argument("--var", action="append", default=[], metavar="NAME=VALUE", help="a template variable (repeatable)")
-    s.add_argument("--workdir", metavar="DIR", help="where job directories go (default: DROPBOX/.launchers)")
-    s.add_argument("--cleanup", action="store_true", help="remove each task's workspace after its result")
+    s.add_argument(
+        "--var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a template variable (repeatable)",
+    )
+    s.add_argument(
+        "--workdir", metavar="DIR", help="where job directories go (default: DROPBOX/.launchers)"
+    )
+    s.add_argument(
+        "--cleanup", action="store_true", help="remove each task's workspace after its result"
+    )
     s.add_argument("--once", action="store_true", help="stop when nothing is left to do")
     s.set_defaults(func=serve)
 
@@ -35,7 +57,9 @@ def register(subparsers: Any) -> None:
     st.add_argument("queue", metavar="QUEUE")
     st.set_defaults(func=status)
 
-    c = sub.add_parser("cancel", help="cancel tasks of a queue (pending: at once; running: within a second)")
+    c = sub.add_parser(
+        "cancel", help="cancel tasks of a queue (pending: at once; running: within a second)"
+    )
     c.add_argument("queue", metavar="QUEUE")
     c.add_argument("tasks", nargs="+", metavar="TASK_ID")
     c.set_defaults(func=cancel)
@@ -49,7 +73,9 @@ def parse_vars(items: list[str]) -> dict[str, str]:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-            raise ConfigurationError(f"--var {item!r}: expected NAME=VALUE with NAME like [A-Za-z_][A-Za-z0-9_]*")
+            raise ConfigurationError(
+                f"--var {item!r}: expected NAME=VALUE with NAME like [A-Za-z_][A-Za-z0-9_]*"
+            )
         out[name] = value
     return out
 
@@ -85,7 +111,9 @@ def group_launcher(group_id: str, config_path: str | None, requirements: str | N
 def serve(args: argparse.Namespace) -> int:
     """``batch serve``: an hpc_batch dropbox, or the pilot manager of one queue."""
     if not args.launcher:
-        raise ConfigurationError("batch serve: --launcher GROUP is required (the group that runs the pilots)")
+        raise ConfigurationError(
+            "batch serve: --launcher GROUP is required (the group that runs the pilots)"
+        )
     launcher = group_launcher(args.launcher, args.config, args.requirements)
     if args.hpc_batch:
         from ..batch.hpc_batch import HpcBatchServer
@@ -117,7 +145,9 @@ def serve_queue(queue: Path, launcher: Any, *, once: bool = False) -> int:
     Q.ensure_queue(queue)
     executor = launcher.executor()
     assert isinstance(executor, BatchExecutor)
-    shape = executor.shapes.setdefault(str(queue.absolute()), Shape(queue.name, queue.absolute(), launcher))
+    shape = executor.shapes.setdefault(
+        str(queue.absolute()), Shape(queue.name, queue.absolute(), launcher)
+    )
     try:
         while True:
             snap = Q.scan(shape.queue)
@@ -125,7 +155,12 @@ def serve_queue(queue: Path, launcher: Any, *, once: bool = False) -> int:
             if snap.running:
                 Q.recover(shape.queue, final_natives=finals)
             run_sync(executor._manage(shape, snap))
-            if once and not snap.pending and not snap.running and not any(not p.state.is_final for p in shape.pilots):
+            if (
+                once
+                and not snap.pending
+                and not snap.running
+                and not any(not p.state.is_final for p in shape.pilots)
+            ):
                 return 0
             time.sleep(1.0)
     except KeyboardInterrupt:
@@ -150,7 +185,11 @@ def status(args: argparse.Namespace) -> int:
     for entry in done.values():
         state = str(entry.get("state", "?"))
         counts[state] = counts.get(state, 0) + 1
-    print("tasks: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v) if any(counts.values()) else "tasks: none")
+    print(
+        "tasks: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+        if any(counts.values())
+        else "tasks: none"
+    )
     pilots = sorted((queue / "pilots").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 0) \
         if (queue / "pilots").is_dir() else []  # fmt: skip
     for p in pilots:
@@ -190,5 +229,7 @@ def cancel(args: argparse.Namespace) -> int:
         raise LaunchersError(f"{queue}: not a batch queue directory (no pending/)")
     for tid in args.tasks:
         how = Q.cancel_task(queue, tid)
-        print(f"{tid}: {'cancelled' if how == 'cancelled' else 'cancel requested (the runner stops it within a second)'}")
+        print(
+            f"{tid}: {'cancelled' if how == 'cancelled' else 'cancel requested (the runner stops it within a second)'}"
+        )
     return 0

@@ -30,7 +30,9 @@ def register(subparsers: Any) -> None:
         "first); other kinds have nothing to remove. Exit 1 when a job could not be cleaned.",
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="job directory, task id or unique prefix")
-    p.add_argument("--workdir", default=".", metavar="DIR", help="where task ids are looked up (default: .)")
+    p.add_argument(
+        "--workdir", default=".", metavar="DIR", help="where task ids are looked up (default: .)"
+    )
     p.set_defaults(func=run_clean)
 
 
@@ -45,8 +47,10 @@ def clean_one(job: Any) -> tuple[bool, str]:
     if kind != "unicore":
         return True, f"{rec.task_id}: nothing to clean at a site for a {kind} job"
     if not rec.state.is_final:
-        return False, (f"{rec.task_id}: still {rec.state.value}; not removed (cancel it first with "
-                       f"`launchers cancel {job.directory}`)")
+        return False, (
+            f"{rec.task_id}: still {rec.state.value}; not removed (cancel it first with "
+            f"`launchers cancel {job.directory}`)"
+        )
     url = rec.extra.get("unicore_url")
     if rec.extra.get("unicore_destroyed"):
         return True, f"{rec.task_id}: already removed from the site ({url})"

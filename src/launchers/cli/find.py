@@ -18,10 +18,19 @@ def register(subparsers: Any) -> None:
         description="Show the launcher chosen for a requirement (alternatives of every SPEC in order). "
         "Exit status: 0 found, 1 no launcher fits (explanation on stderr), 2 syntax or configuration error.",
     )
-    p.add_argument("specs", nargs="+", metavar="SPEC", help='a requirement such as "cuda(mem=24G)*2 | cpu(cores=8)"')
+    p.add_argument(
+        "specs",
+        nargs="+",
+        metavar="SPEC",
+        help='a requirement such as "cuda(mem=24G)*2 | cpu(cores=8)"',
+    )
     p.add_argument("--config", metavar="PATH", help="launchers.yaml, or a directory holding it")
     p.add_argument("--tags", metavar="a,b", help="only groups having one of these tags")
-    p.add_argument("--explain", action="store_true", help="say why every group and partition was or was not chosen")
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="say why every group and partition was or was not chosen",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 

@@ -24,29 +24,56 @@ COLUMNS = ("TASK ID", "STATE", "NATIVE ID", "ATTEMPT", "REASON")
 
 def register(subparsers: Any) -> None:
     """Add ``jobs``, ``cancel`` and ``logs``."""
-    p = subparsers.add_parser("jobs", help="list the jobs of a working directory",
-                              description="Table of the jobs under WORKDIR/jobs/: task id, state, "
-                              "native id, attempt, reason (read from each state.json).")
-    p.add_argument("workdir", nargs="?", default=".", metavar="WORKDIR", help="experiment directory (default: .)")
+    p = subparsers.add_parser(
+        "jobs",
+        help="list the jobs of a working directory",
+        description="Table of the jobs under WORKDIR/jobs/: task id, state, "
+        "native id, attempt, reason (read from each state.json).",
+    )
+    p.add_argument(
+        "workdir",
+        nargs="?",
+        default=".",
+        metavar="WORKDIR",
+        help="experiment directory (default: .)",
+    )
     p.add_argument("--watch", action="store_true", help="redraw every 2 s until every job is final")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.set_defaults(func=run_jobs)
 
-    c = subparsers.add_parser("cancel", help="cancel jobs",
-                              description="Cancel jobs (one request for all of them) and wait until "
-                              "they are recorded final. Exit 0 when every job ended.")
+    c = subparsers.add_parser(
+        "cancel",
+        help="cancel jobs",
+        description="Cancel jobs (one request for all of them) and wait until "
+        "they are recorded final. Exit 0 when every job ended.",
+    )
     c.add_argument("jobs", nargs="*", metavar="JOB", help="job directory, task id or unique prefix")
     c.add_argument("--all", metavar="WORKDIR", help="cancel every unfinished job under WORKDIR")
-    c.add_argument("--workdir", default=".", metavar="DIR", help="where task ids are looked up (default: .)")
-    c.add_argument("--timeout", type=float, default=30.0, metavar="S", help="how long to wait for the end (default 30)")
+    c.add_argument(
+        "--workdir", default=".", metavar="DIR", help="where task ids are looked up (default: .)"
+    )
+    c.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="how long to wait for the end (default 30)",
+    )
     c.set_defaults(func=run_cancel)
 
-    lg = subparsers.add_parser("logs", help="print a job's output",
-                               description="Print job.out (or job.err) of a job; --follow keeps printing until it ends.")
+    lg = subparsers.add_parser(
+        "logs",
+        help="print a job's output",
+        description="Print job.out (or job.err) of a job; --follow keeps printing until it ends.",
+    )
     lg.add_argument("job", metavar="JOB", help="job directory, task id or unique prefix")
     lg.add_argument("--err", action="store_true", help="job.err instead of job.out")
-    lg.add_argument("--follow", "-f", action="store_true", help="wait for more output until the job is final")
-    lg.add_argument("--workdir", default=".", metavar="DIR", help="where task ids are looked up (default: .)")
+    lg.add_argument(
+        "--follow", "-f", action="store_true", help="wait for more output until the job is final"
+    )
+    lg.add_argument(
+        "--workdir", default=".", metavar="DIR", help="where task ids are looked up (default: .)"
+    )
     lg.set_defaults(func=run_logs)
 
 
@@ -78,8 +105,12 @@ def resolve_job(ref: str, workdir: str | os.PathLike[str]) -> Path:
     if not matches:
         from ..remote.script import run_id_for
 
-        matches = [d for d in dirs if ref.startswith(f"{d.parent.name}-{d.name}-")
-                   and run_id_for(f"{d.parent.name}-{d.name}", d.absolute()) == ref]
+        matches = [
+            d
+            for d in dirs
+            if ref.startswith(f"{d.parent.name}-{d.name}-")
+            and run_id_for(f"{d.parent.name}-{d.name}", d.absolute()) == ref
+        ]
     if not matches:
         raise LaunchersError(f"no job {ref!r} under {Path(workdir).expanduser() / 'jobs'}")
     if len(matches) > 1:
@@ -107,11 +138,20 @@ def _records(workdir: str) -> list[tuple[Path, StateRecord]]:
 def table(records: list[tuple[Path, StateRecord]]) -> str:
     """The aligned table printed by ``launchers jobs``."""
     rows = [COLUMNS] + [
-        (r.task_id, r.state.value, r.native_id or "-", str(r.attempt), (r.reason or "").replace("\n", " "))
+        (
+            r.task_id,
+            r.state.value,
+            r.native_id or "-",
+            str(r.attempt),
+            (r.reason or "").replace("\n", " "),
+        )
         for _, r in records
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1] for row in rows]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+        for row in rows
+    ]
     return "\n".join(line.rstrip() for line in lines)
 
 
@@ -120,9 +160,19 @@ def run_jobs(args: argparse.Namespace) -> int:
         records = _records(args.workdir)
         if args.json:
             for d, r in records:
-                print(json.dumps({"task_id": r.task_id, "state": r.state.value, "native_id": r.native_id,
-                                  "attempt": r.attempt, "reason": r.reason, "exit_code": r.exit_code,
-                                  "directory": str(d)}))
+                print(
+                    json.dumps(
+                        {
+                            "task_id": r.task_id,
+                            "state": r.state.value,
+                            "native_id": r.native_id,
+                            "attempt": r.attempt,
+                            "reason": r.reason,
+                            "exit_code": r.exit_code,
+                            "directory": str(d),
+                        }
+                    )
+                )
         else:
             if args.watch and sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[2J")
@@ -162,7 +212,10 @@ def run_cancel(args: argparse.Namespace) -> int:
         try:
             job.wait(max(0.0, deadline - time.monotonic()))
         except TimeoutError:
-            print(f"launchers: {job.task_id} still {job.state.value} after {args.timeout:g} s", file=sys.stderr)
+            print(
+                f"launchers: {job.task_id} still {job.state.value} after {args.timeout:g} s",
+                file=sys.stderr,
+            )
             status = 1
             continue
         print(f"{job.task_id}\t{job.state.value}")
@@ -243,5 +296,7 @@ class SiteFollower:
         return bool(self.job.state.is_final)
 
     def _sizes(self) -> tuple[int, ...]:
-        return tuple((self.directory / n).stat().st_size if (self.directory / n).exists() else -1
-                     for n in ("job.out", "job.err"))
+        return tuple(
+            (self.directory / n).stat().st_size if (self.directory / n).exists() else -1
+            for n in ("job.out", "job.err")
+        )

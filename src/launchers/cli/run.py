@@ -29,25 +29,69 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument("project_dir", metavar="PROJECT_DIR", help="directory holding MLproject")
-    p.add_argument("-e", "--entry-point", dest="entry", default="main", metavar="ENTRY",
-                   help="entry point (default main); an undeclared FILE.py or FILE.sh runs as MLflow runs it")
-    p.add_argument("-P", "--param", dest="params", action="append", default=[], metavar="NAME=VALUE",
-                   help="a parameter value (repeatable)")
+    p.add_argument(
+        "-e",
+        "--entry-point",
+        dest="entry",
+        default="main",
+        metavar="ENTRY",
+        help="entry point (default main); an undeclared FILE.py or FILE.sh runs as MLflow runs it",
+    )
+    p.add_argument(
+        "-P",
+        "--param",
+        dest="params",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a parameter value (repeatable)",
+    )
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--backend-config", metavar="FILE", help="Compute Backend Config (.yaml, .yml or .json)")
-    where.add_argument("-r", "--requirement", metavar="REQUIREMENT",
-                       help="let the finder choose among the groups of launchers.yaml")
-    p.add_argument("--config", metavar="FILE", help="launchers.yaml (file or directory) for --group and -r")
-    p.add_argument("--group", metavar="ID", help="unicore or firecrest group giving the site of --backend-config")
+    where.add_argument(
+        "--backend-config", metavar="FILE", help="Compute Backend Config (.yaml, .yml or .json)"
+    )
+    where.add_argument(
+        "-r",
+        "--requirement",
+        metavar="REQUIREMENT",
+        help="let the finder choose among the groups of launchers.yaml",
+    )
+    p.add_argument(
+        "--config", metavar="FILE", help="launchers.yaml (file or directory) for --group and -r"
+    )
+    p.add_argument(
+        "--group",
+        metavar="ID",
+        help="unicore or firecrest group giving the site of --backend-config",
+    )
     p.add_argument("--account", metavar="A", help="account (UNICORE Project, sbatch --account)")
-    p.add_argument("--pass-env", dest="pass_env", action="append", default=[], metavar="NAME",
-                   help="copy this variable of the current environment into the job (repeatable)")
-    p.add_argument("--workdir", metavar="DIR", default="launchers-runs",
-                   help="local directory of run records (default ./launchers-runs)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print uploads (and exclusions), the description or script and the command; submit nothing")
-    p.add_argument("--no-follow", action="store_true", help="submit and return without following the output")
-    p.add_argument("--cancel-on-interrupt", action="store_true", help="Ctrl-C cancels the job instead of detaching")
+    p.add_argument(
+        "--pass-env",
+        dest="pass_env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="copy this variable of the current environment into the job (repeatable)",
+    )
+    p.add_argument(
+        "--workdir",
+        metavar="DIR",
+        default="launchers-runs",
+        help="local directory of run records (default ./launchers-runs)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print uploads (and exclusions), the description or script and the command; submit nothing",
+    )
+    p.add_argument(
+        "--no-follow", action="store_true", help="submit and return without following the output"
+    )
+    p.add_argument(
+        "--cancel-on-interrupt",
+        action="store_true",
+        help="Ctrl-C cancels the job instead of detaching",
+    )
     p.set_defaults(func=run_command)
 
 
@@ -73,7 +117,9 @@ def run_command(args: argparse.Namespace) -> int:
         print_plan(plan, sys.stdout)
         return 0
     run_project = submitter()
-    return int(run_project(plan, follow=not args.no_follow, cancel_on_interrupt=args.cancel_on_interrupt))
+    return int(
+        run_project(plan, follow=not args.no_follow, cancel_on_interrupt=args.cancel_on_interrupt)
+    )
 
 
 def submitter() -> Callable[..., int]:
@@ -82,11 +128,15 @@ def submitter() -> Callable[..., int]:
         submit = importlib.import_module("launchers.remote.submit")
     except ModuleNotFoundError as e:
         if e.name in ("launchers.remote.submit",):
-            raise LaunchersError("submission is not available in this installation (launchers.remote.submit is missing); use --dry-run")
+            raise LaunchersError(
+                "submission is not available in this installation (launchers.remote.submit is missing); use --dry-run"
+            )
         raise
     func = getattr(submit, "run_project", None)
     if func is None:
-        raise LaunchersError("submission is not available in this installation (launchers.remote.submit.run_project is missing); use --dry-run")
+        raise LaunchersError(
+            "submission is not available in this installation (launchers.remote.submit.run_project is missing); use --dry-run"
+        )
     return func  # type: ignore[no-any-return,unused-ignore]
 
 
@@ -115,7 +165,7 @@ def print_plan(plan: Any, out: TextIO) -> None:
     out.write(f"\nuploads ({len(ups)} files, {format_size(total)}):\n")
     for u in ups:
         note = f"  [{u.note}]" if u.note else ""
-        link = f"  (link to {u.local})" if u.local.name != u.relpath.rsplit('/', 1)[-1] else ""
+        link = f"  (link to {u.local})" if u.local.name != u.relpath.rsplit("/", 1)[-1] else ""
         out.write(f"  {u.relpath}  {format_size(u.size)}{link}{note}\n")
     out.write(f"\nexcluded ({len(plan.uploads.excluded)}):\n")
     for e in plan.uploads.excluded:
@@ -128,8 +178,10 @@ def print_plan(plan: Any, out: TextIO) -> None:
         out.write("\nsbatch options:\n")
         for arg in plan.launcher.sbatch_args():
             out.write(f"  {arg}\n")
-        out.write(f"\nrun by the Slurm job script with bash -l in {plan.default_run_dir()} (JOB_DIR: the job's "
-                  f"directory under {plan.site.workdir} on the site, chosen at submission):\n")
+        out.write(
+            f"\nrun by the Slurm job script with bash -l in {plan.default_run_dir()} (JOB_DIR: the job's "
+            f"directory under {plan.site.workdir} on the site, chosen at submission):\n"
+        )
         out.write(plan.script(plan.default_run_dir()))
     elif plan.kind in ("unicore", "firecrest"):
         out.write("\njob.sh:\n")

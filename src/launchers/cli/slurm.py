@@ -105,14 +105,21 @@ def run_convert(args: argparse.Namespace) -> int:
     from ..slurm.convert import convert_text
     from ..slurm.query import local_access
 
-    if args.partitions is None and (args.keep_all or args.groups is not None or args.accounts is not None):
-        raise LaunchersError("--all, --groups and --accounts need --partitions FILE (`scontrol show partitions`)")
+    if args.partitions is None and (
+        args.keep_all or args.groups is not None or args.accounts is not None
+    ):
+        raise LaunchersError(
+            "--all, --groups and --accounts need --partitions FILE (`scontrol show partitions`)"
+        )
     access = local_access(_names(args.groups), _names(args.accounts))
     partitions_text = None
     if args.partitions is not None:
         partitions_text = _read_file(args.partitions)
     if sys.stdin.isatty():
-        print("launchers: reading `scontrol show nodes` output from stdin (end with Ctrl-D)", file=sys.stderr)
+        print(
+            "launchers: reading `scontrol show nodes` output from stdin (end with Ctrl-D)",
+            file=sys.stderr,
+        )
     result = convert_text(
         _read_stdin(),
         no_hosts=args.no_hosts,

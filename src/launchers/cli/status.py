@@ -33,8 +33,14 @@ def register(subparsers: Any) -> None:
         "paths of each JOB. A job that is not final is queried once through its executor first.",
     )
     p.add_argument("jobs", nargs="+", metavar="JOB", help="job directory, task id or unique prefix")
-    p.add_argument("--workdir", default=".", metavar="DIR", help="where task ids are looked up (default: .)")
-    p.add_argument("--no-refresh", action="store_true", help="show the recorded state without asking the scheduler")
+    p.add_argument(
+        "--workdir", default=".", metavar="DIR", help="where task ids are looked up (default: .)"
+    )
+    p.add_argument(
+        "--no-refresh",
+        action="store_true",
+        help="show the recorded state without asking the scheduler",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per job")
     p.set_defaults(func=run_status)
 
@@ -140,7 +146,12 @@ def render(data: Mapping[str, Any]) -> str:
         ("native id", data["native_id"]),
         ("attempt", data["attempt"]),
         ("reason", data["reason"]),
-        ("exit code", data["exit_code"] if data.get("signal") is None else f"{show(data['exit_code'])} (signal {data['signal']})"),
+        (
+            "exit code",
+            data["exit_code"]
+            if data.get("signal") is None
+            else f"{show(data['exit_code'])} (signal {data['signal']})",
+        ),
         ("launcher", launcher),
     ]
     if data.get("site"):

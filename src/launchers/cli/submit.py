@@ -26,24 +26,59 @@ def register(subparsers: Any) -> None:
         "re-attaches to its job. Exit status: 0 submitted (with --wait: completed), 1 the job "
         "did not complete, 2 usage, configuration or submission error.",
     )
-    p.add_argument("-r", "--requirements", metavar="SPEC", default="cpu()",
-                   help='requirement such as "duration=1h & cuda(mem=24G)" (default: cpu())')
-    p.add_argument("--launcher-config", "--config", dest="config", metavar="PATH",
-                   help="launchers.yaml, or a directory holding it (default: the search path)")
+    p.add_argument(
+        "-r",
+        "--requirements",
+        metavar="SPEC",
+        default="cpu()",
+        help='requirement such as "duration=1h & cuda(mem=24G)" (default: cpu())',
+    )
+    p.add_argument(
+        "--launcher-config",
+        "--config",
+        dest="config",
+        metavar="PATH",
+        help="launchers.yaml, or a directory holding it (default: the search path)",
+    )
     p.add_argument("--tags", metavar="a,b", help="only groups having one of these tags")
-    p.add_argument("--workdir", metavar="DIR", default=".",
-                   help="experiment directory; the job lives in DIR/jobs/NAME/DIGEST (default: .)")
+    p.add_argument(
+        "--workdir",
+        metavar="DIR",
+        default=".",
+        help="experiment directory; the job lives in DIR/jobs/NAME/DIGEST (default: .)",
+    )
     p.add_argument("--name", help="task name (default: the basename of CMD)")
-    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                   help="environment variable for the job (repeatable; part of the task identity)")
-    p.add_argument("--cwd", metavar="DIR", help="working directory of the job (default: its job directory)")
-    p.add_argument("--resumable", action="store_true", help="the command resumes from saved progress when restarted")
-    p.add_argument("--force", action="store_true", help="run again even if the same job already completed")
-    p.add_argument("--no-rerun-failed", dest="rerun_failed", action="store_false",
-                   help="report a failed previous run instead of running it again")
-    p.add_argument("--wait", action="store_true", help="wait for the job to end; exit 0 only if it completed")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment variable for the job (repeatable; part of the task identity)",
+    )
+    p.add_argument(
+        "--cwd", metavar="DIR", help="working directory of the job (default: its job directory)"
+    )
+    p.add_argument(
+        "--resumable",
+        action="store_true",
+        help="the command resumes from saved progress when restarted",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="run again even if the same job already completed"
+    )
+    p.add_argument(
+        "--no-rerun-failed",
+        dest="rerun_failed",
+        action="store_false",
+        help="report a failed previous run instead of running it again",
+    )
+    p.add_argument(
+        "--wait", action="store_true", help="wait for the job to end; exit 0 only if it completed"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a line")
-    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the command to run")
+    p.add_argument(
+        "argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the command to run"
+    )
     p.set_defaults(func=run)
 
 
@@ -53,7 +88,9 @@ def parse_env(items: list[str]) -> dict[str, str]:
     for item in items:
         m = _ENV_RE.match(item)
         if not m:
-            raise LaunchersError(f"--env {item!r}: expected NAME=VALUE with NAME like [A-Za-z_][A-Za-z0-9_]*")
+            raise LaunchersError(
+                f"--env {item!r}: expected NAME=VALUE with NAME like [A-Za-z_][A-Za-z0-9_]*"
+            )
         env[m.group(1)] = m.group(2)
     return env
 
@@ -93,11 +130,17 @@ def run(args: argparse.Namespace) -> int:
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
-        raise LaunchersError("submit: no command given; write it after --, e.g. launchers submit -- echo hi")
+        raise LaunchersError(
+            "submit: no command given; write it after --, e.g. launchers submit -- echo hi"
+        )
     tags = [t for t in (args.tags or "").split(",") if t]
     launcher = find_launcher(args.requirements, tags=tags, config=args.config)
-    task = command(argv, name=args.name, env=parse_env(args.env), cwd=args.cwd, resumable=args.resumable)
-    xp = experiment(os.path.expanduser(args.workdir), launcher, rerun_failed=args.rerun_failed, progress=False)
+    task = command(
+        argv, name=args.name, env=parse_env(args.env), cwd=args.cwd, resumable=args.resumable
+    )
+    xp = experiment(
+        os.path.expanduser(args.workdir), launcher, rerun_failed=args.rerun_failed, progress=False
+    )
     xp.__enter__()
     try:
         job = task.submit(force=args.force)
@@ -105,7 +148,10 @@ def run(args: argparse.Namespace) -> int:
         if not args.wait:
             _print(job, args.json)
             if job.state.is_final and job.state is not JobState.COMPLETED and not job.native_id:
-                print(f"launchers: job {job.task_id} could not be submitted: {job.reason}", file=sys.stderr)
+                print(
+                    f"launchers: job {job.task_id} could not be submitted: {job.reason}",
+                    file=sys.stderr,
+                )
                 return 2
             return 0
         job.wait()
@@ -114,8 +160,10 @@ def run(args: argparse.Namespace) -> int:
         xp.leave()
     if job.state is not JobState.COMPLETED:
         detail = f" ({job.reason})" if job.reason else ""
-        print(f"launchers: job {job.task_id} ended {job.state.value}{detail}; see {job.stderr_path}",
-              file=sys.stderr)
+        print(
+            f"launchers: job {job.task_id} ended {job.state.value}{detail}; see {job.stderr_path}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -98,7 +98,9 @@ def _validate_mlproject(path: Path) -> int:
 
     project = load_mlproject(path.parent)
     if project.file is None or Path(project.file).resolve() != path.resolve():
-        raise ConfigurationError("not the project's MLproject file (another name differs only in case)", file=str(path))
+        raise ConfigurationError(
+            "not the project's MLproject file (another name differs only in case)", file=str(path)
+        )
     for line in (*project.warnings, *(w for ep in project.entry_points for w in ep.warnings)):
         print(f"launchers: warning: {line}", file=sys.stderr)
     problems = project.problems

@@ -63,7 +63,9 @@ def apple_gpus(machine: str, memory: int | None, brand: str = "") -> tuple[Local
 
 def _sysctl(name: str) -> str:
     try:
-        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=10, check=False)
+        out = subprocess.run(
+            ["sysctl", "-n", name], capture_output=True, text=True, timeout=10, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return ""
     return out.stdout if out.returncode == 0 else ""
@@ -118,4 +120,10 @@ def implicit_local_group() -> LocalGroup:
     )
 
 
-__all__ = ["apple_gpus", "implicit_local_group", "parse_meminfo", "parse_nvidia_smi", "parse_sysctl_int"]
+__all__ = [
+    "apple_gpus",
+    "implicit_local_group",
+    "parse_meminfo",
+    "parse_nvidia_smi",
+    "parse_sysctl_int",
+]

@@ -209,13 +209,22 @@ _SLURM: dict[str, Key] = {
         choices=("cancel", "report"),
     ),
     "fatal_reasons": _k("section", "adjust the fatal pending reasons", section="fatal_reasons"),
-    "max_requeues": _k("int", "extra attempts of a resumable task after a time limit or preemption", 3, minimum=0),
-    "resume_signal": _k(
-        "enum", "warning signal sent to resumable tasks before the time limit", "USR1",
-        choices=("USR1", "USR2", "TERM", "INT", "HUP", "ALRM", "CONT", "URG"), prefix="SIG",
+    "max_requeues": _k(
+        "int", "extra attempts of a resumable task after a time limit or preemption", 3, minimum=0
     ),
-    "resume_grace": _k("seconds", "how long before the time limit the warning comes (at most a quarter of it)", 120),
-    "lost_after": _k("seconds", "a job with no scheduler record and no exit record is LOST after this", 600),
+    "resume_signal": _k(
+        "enum",
+        "warning signal sent to resumable tasks before the time limit",
+        "USR1",
+        choices=("USR1", "USR2", "TERM", "INT", "HUP", "ALRM", "CONT", "URG"),
+        prefix="SIG",
+    ),
+    "resume_grace": _k(
+        "seconds", "how long before the time limit the warning comes (at most a quarter of it)", 120
+    ),
+    "lost_after": _k(
+        "seconds", "a job with no scheduler record and no exit record is LOST after this", 600
+    ),
     "poll_max": _k("seconds", "longest interval between two status queries", 60),
 }
 

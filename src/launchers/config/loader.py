@@ -692,7 +692,7 @@ class _Builder:
             nodes = []
             for n in p.get("nodes", []):
                 nconf = self.configuration(n.get("configuration"))
-                                # ``count`` is informative only: the older tool's files write ``count: 0``
+                # ``count`` is informative only: the older tool's files write ``count: 0``
                 # beside a host list, and they must load unchanged.
                 mem_per_cpu = mem_per_cpu or nconf.cpu.mem_per_cpu is not None
                 if regexes:

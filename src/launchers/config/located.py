@@ -216,7 +216,9 @@ def _key_path(root: Node, target: Node) -> str | None:
 class _Builder:
     """Turns a composed YAML node tree into LDict / LList / scalars."""
 
-    def __init__(self, loader: Any, file: str | None, duplicates: list[tuple[Node, Any]] | None = None) -> None:
+    def __init__(
+        self, loader: Any, file: str | None, duplicates: list[tuple[Node, Any]] | None = None
+    ) -> None:
         self.loader = loader
         self.file = file
         #: None: a duplicate key is an error; a list: the last value wins and (key node, mark
@@ -338,8 +340,12 @@ def _plain_to_located(value: Any, file: str | None) -> Any:
     return value
 
 
-def _load_json(text: str, file: str | None, yaml_exc: yaml.YAMLError,
-               duplicates: list[DuplicateKey] | None = None) -> Any:
+def _load_json(
+    text: str,
+    file: str | None,
+    yaml_exc: yaml.YAMLError,
+    duplicates: list[DuplicateKey] | None = None,
+) -> Any:
     """JSON that libyaml refused: usually tabs, which JSON allows only as whitespace (never raw
     inside strings), so they become spaces and positions stay exact."""
     if "\t" in text:
@@ -381,7 +387,9 @@ class DuplicateKey:
     last: Position  # where it was written again (the value kept)
 
 
-def load_located(text: str, file: str | None = None, *, duplicates: list[DuplicateKey] | None = None) -> Any:
+def load_located(
+    text: str, file: str | None = None, *, duplicates: list[DuplicateKey] | None = None
+) -> Any:
     """Parse one YAML/JSON document into LDict/LList/scalars; ``None`` for an empty text.
 
     A duplicate key is an error, unless ``duplicates`` is a list: then the last value wins (as
@@ -412,11 +420,13 @@ def load_located(text: str, file: str | None = None, *, duplicates: list[Duplica
             data = _Builder(loader, file, found).build(node)
             if duplicates is not None and found:
                 for knode, first in found:
-                    duplicates.append(DuplicateKey(
-                        key=_key_path(node, knode) or str(knode.value),
-                        first=_pos(file, first),
-                        last=_pos(file, knode.start_mark),
-                    ))
+                    duplicates.append(
+                        DuplicateKey(
+                            key=_key_path(node, knode) or str(knode.value),
+                            first=_pos(file, first),
+                            last=_pos(file, knode.start_mark),
+                        )
+                    )
             return data
         except _Duplicate as dup:
             e = dup.error

@@ -345,7 +345,9 @@ class Reader:
     def _v_seconds(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
         """A timing setting: a duration with a unit, or a bare number of seconds."""
         if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
-            return self.problem(loc, path, f"expected a duration such as 30s, found {describe(raw)}")
+            return self.problem(
+                loc, path, f"expected a duration such as 30s, found {describe(raw)}"
+            )
         if isinstance(raw, (int, float)):
             if raw < 0:
                 return self.problem(loc, path, f"{raw} is negative; write a duration such as 30s")

@@ -52,7 +52,12 @@ def _value(key: Key) -> dict[str, Any]:
     if kind == "duration":
         return {"type": "string", "pattern": DURATION_PATTERN}
     if kind == "seconds":
-        return {"anyOf": [{"type": "string", "pattern": DURATION_PATTERN}, {"type": "number", "minimum": 0}]}
+        return {
+            "anyOf": [
+                {"type": "string", "pattern": DURATION_PATTERN},
+                {"type": "number", "minimum": 0},
+            ]
+        }
     if kind == "ratio":
         return {"type": "number", "minimum": 0, "maximum": 1}
     if kind in ("strings", "regexes"):

@@ -17,7 +17,11 @@ from .base import CommandResult, Connector
 
 
 def _run_blocking(
-    argv: list[str], env: dict[str, str] | None, cwd: str | None, timeout: float | None, input: bytes | None
+    argv: list[str],
+    env: dict[str, str] | None,
+    cwd: str | None,
+    timeout: float | None,
+    input: bytes | None,
 ) -> tuple[int, bytes, bytes]:
     """Run ``argv`` without a shell and collect its output; past ``timeout`` the child is killed
     (and its pipes are drained for at most 5 s more: a grandchild may hold them open)."""
@@ -32,7 +36,9 @@ def _run_blocking(
         return _collect(proc, timeout, input)
 
 
-def _collect(proc: subprocess.Popen[bytes], timeout: float | None, input: bytes | None = None) -> tuple[int, bytes, bytes]:
+def _collect(
+    proc: subprocess.Popen[bytes], timeout: float | None, input: bytes | None = None
+) -> tuple[int, bytes, bytes]:
     """Wait for ``proc`` and read its output (blocking); past ``timeout`` it is killed."""
     try:
         out, err = proc.communicate(input, timeout=timeout)
@@ -45,7 +51,11 @@ def _collect(proc: subprocess.Popen[bytes], timeout: float | None, input: bytes 
 
 
 async def _in_thread(
-    argv: list[str], env: dict[str, str] | None, cwd: str | None, timeout: float | None, input: bytes | None
+    argv: list[str],
+    env: dict[str, str] | None,
+    cwd: str | None,
+    timeout: float | None,
+    input: bytes | None,
 ) -> tuple[int, bytes, bytes]:
     """``_run_blocking`` in a thread of its own: a blocking ``Popen`` per thread costs less than
     an asyncio subprocess (whose child watcher starts a thread per child in Python 3.11 anyway),
@@ -60,7 +70,9 @@ async def _in_thread(
         except BaseException as e:  # delivered to the awaiting coroutine
             future.set_exception(e)
 
-    threading.Thread(target=work, name=f"launchers-{os.path.basename(argv[0])}", daemon=True).start()
+    threading.Thread(
+        target=work, name=f"launchers-{os.path.basename(argv[0])}", daemon=True
+    ).start()
     return await asyncio.wrap_future(future)
 
 
@@ -70,8 +82,14 @@ async def _in_loop(
     """``_run_blocking`` followed by the running loop itself: the pipes and a pidfd for the exit
     are watched with ``add_reader``, so a command costs no thread and no GIL hand-off."""
     loop = asyncio.get_running_loop()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=cwd, env=env)
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     try:
         pidfd = os.pidfd_open(proc.pid)

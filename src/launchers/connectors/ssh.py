@@ -122,7 +122,11 @@ def private_key_from(
     except (asyncssh.KeyEncryptionError, asyncssh.KeyImportError, ValueError) as e:
         where = f" in {passphrase_env}" if passphrase_env else ""
         if isinstance(e, asyncssh.KeyEncryptionError) or "assphrase" in str(e):
-            hint = f"is the passphrase{where} right?" if passphrase else f"it is encrypted: give its passphrase{where}"
+            hint = (
+                f"is the passphrase{where} right?"
+                if passphrase
+                else f"it is encrypted: give its passphrase{where}"
+            )
             raise ConfigurationError(f"{what}: cannot decrypt the private key: {e} ({hint})")
         raise ConfigurationError(f"{what}: the private key is invalid ({e})")
     except OSError as e:
@@ -153,7 +157,9 @@ def _quote_dir(path: str) -> str:
 
 
 def backoff_delays(
-    first: float = 1.0, cap: float = BACKOFF_CAP, jitter: float = BACKOFF_JITTER,
+    first: float = 1.0,
+    cap: float = BACKOFF_CAP,
+    jitter: float = BACKOFF_JITTER,
     rng: random.Random | None = None,
 ) -> Iterator[float]:
     """Reconnect delays: ``first``, doubling, capped at ``cap``, each ±``jitter`` at random."""
@@ -287,7 +293,11 @@ class _HostKeyCheck:
             return False
         log.warning(
             "connector %s: added the new host key of %s (%s %s) to %s (accept-new)",
-            self.connector, pattern, alg, fp, self.path,
+            self.connector,
+            pattern,
+            alg,
+            fp,
+            self.path,
         )
         return True
 
@@ -296,7 +306,9 @@ class _Client(asyncssh.SSHClient):
     """Client callbacks: host-key policy, loss notification, and no password prompts (a
     configured password is answered by asyncssh itself, also to keyboard-interactive)."""
 
-    def __init__(self, owner: SSHConnector | None, check: _HostKeyCheck, password: bool = False) -> None:
+    def __init__(
+        self, owner: SSHConnector | None, check: _HostKeyCheck, password: bool = False
+    ) -> None:
         self._owner = owner
         self._check = check
         self._password = password
@@ -397,7 +409,9 @@ class SSHConnector(Connector):
         self._sftp_lock = asyncio.Lock()
         self._channels = asyncio.Semaphore(self.config.max_channels)
 
-    def _on_connection_lost(self, conn: asyncssh.SSHClientConnection, exc: Exception | None) -> None:
+    def _on_connection_lost(
+        self, conn: asyncssh.SSHClientConnection, exc: Exception | None
+    ) -> None:
         if conn is not self._conn:
             return
         self._conn = None
@@ -411,7 +425,10 @@ class SSHConnector(Connector):
         self._last_error = str(exc) if exc else "connection closed by the server"
         log.warning(
             "connector %s: SSH connection to %s lost (%s); reconnecting for up to %d s",
-            self.name, self.target, self._last_error, self.config.reconnect_timeout,
+            self.name,
+            self.target,
+            self._last_error,
+            self.config.reconnect_timeout,
         )
         if self._loop is not None and not self._loop.is_closed():
             self._reconnect_task = self._loop.create_task(self._reconnect_loop())
@@ -441,7 +458,10 @@ class SSHConnector(Connector):
                 log.debug("connector %s: reconnect attempt failed", self.name, exc_info=True)
         log.error(
             "connector %s: gave up reconnecting to %s after %d s: %s",
-            self.name, self.target, self.config.reconnect_timeout, self._last_error,
+            self.name,
+            self.target,
+            self.config.reconnect_timeout,
+            self._last_error,
         )
         return False
 
@@ -531,8 +551,14 @@ class SSHConnector(Connector):
         key = os.environ.get(c.private_key_env) if c.private_key_env else None
         if key and key.strip():
             assert c.private_key_env is not None
-            opts["client_keys"] = [private_key_from(key, what=c.private_key_env, passphrase=opts.get("passphrase"),
-                                                    passphrase_env=c.passphrase_env or c.password_env)]
+            opts["client_keys"] = [
+                private_key_from(
+                    key,
+                    what=c.private_key_env,
+                    passphrase=opts.get("passphrase"),
+                    passphrase_env=c.passphrase_env or c.password_env,
+                )
+            ]
         return opts
 
     def _auth_hint(self) -> str:
@@ -540,22 +566,34 @@ class SSHConnector(Connector):
         c = self.config
         if c.password_env or c.private_key_env:
             key = bool(c.private_key_env and (os.environ.get(c.private_key_env) or "").strip())
-            sources = [f"the key in {c.private_key_env}" if key else "the SSH agent and the keys of ~/.ssh"]
+            sources = [
+                f"the key in {c.private_key_env}" if key else "the SSH agent and the keys of ~/.ssh"
+            ]
             if c.password_env and os.environ.get(c.password_env):
                 sources.append(f"the password in {c.password_env}")
             unset = [n for n in (c.private_key_env, c.password_env) if n and not os.environ.get(n)]
-            return ("tried " + " and ".join(sources) + f": check {'them' if len(sources) > 1 else 'it'} and the "
-                    "remote authorized_keys"
-                    + (f" ({' and '.join(unset)} not set)" if unset else ""))
-        return ("keys and agent only, no passwords: check identity_file, passphrase_env and the remote "
-                "authorized_keys")
+            return (
+                "tried "
+                + " and ".join(sources)
+                + f": check {'them' if len(sources) > 1 else 'it'} and the "
+                "remote authorized_keys" + (f" ({' and '.join(unset)} not set)" if unset else "")
+            )
+        return (
+            "keys and agent only, no passwords: check identity_file, passphrase_env and the remote "
+            "authorized_keys"
+        )
 
     async def _connect_one(
-        self, host: str, port: int | None, username: str | None,
-        tunnel: asyncssh.SSHClientConnection | None, owner: SSHConnector | None,
+        self,
+        host: str,
+        port: int | None,
+        username: str | None,
+        tunnel: asyncssh.SSHClientConnection | None,
+        owner: SSHConnector | None,
     ) -> asyncssh.SSHClientConnection:
         check = _HostKeyCheck(
-            self.name, os.path.expanduser(self.config.known_hosts),
+            self.name,
+            os.path.expanduser(self.config.known_hosts),
             self.config.strict_host_key_checking,
         )
         opts = self._connect_options(check)
@@ -569,7 +607,9 @@ class SSHConnector(Connector):
         if check.policy == "no":
             log.warning(
                 "connector %s: host key checking is disabled (strict_host_key_checking: no); "
-                "connecting to %s without verifying its identity", self.name, where,
+                "connecting to %s without verifying its identity",
+                self.name,
+                where,
             )
         try:
             conn: asyncssh.SSHClientConnection
@@ -579,9 +619,13 @@ class SSHConnector(Connector):
             )
             return conn
         except asyncssh.HostKeyNotVerifiable as e:
-            raise HostKeyError(check.refusal or f"connector {self.name}: host key of {where} not verifiable: {e}")
+            raise HostKeyError(
+                check.refusal or f"connector {self.name}: host key of {where} not verifiable: {e}"
+            )
         except asyncssh.PermissionDenied as e:
-            raise SSHAuthenticationError(f"connector {self.name}: {where} refused us ({e.reason}); {self._auth_hint()}")
+            raise SSHAuthenticationError(
+                f"connector {self.name}: {where} refused us ({e.reason}); {self._auth_hint()}"
+            )
         except (asyncssh.KeyImportError, asyncssh.KeyEncryptionError) as e:
             hint = ""
             if "bcrypt" in str(e):
@@ -628,7 +672,9 @@ class SSHConnector(Connector):
         if self._lost_at is not None:
             log.warning(
                 "connector %s: reconnected to %s after %.0f s",
-                self.name, self.target, time.monotonic() - self._lost_at,
+                self.name,
+                self.target,
+                time.monotonic() - self._lost_at,
             )
             self._lost_at = None
         else:
@@ -713,8 +759,10 @@ class SSHConnector(Connector):
 
     @staticmethod
     async def _communicate(
-        proc: asyncssh.SSHClientProcess[bytes], input: bytes | None,
-        out: bytearray, err: bytearray,
+        proc: asyncssh.SSHClientProcess[bytes],
+        input: bytes | None,
+        out: bytearray,
+        err: bytearray,
     ) -> None:
         """Feed ``input``, collect both streams as they come (kept if we time out), wait."""
 
@@ -825,11 +873,13 @@ class SSHConnector(Connector):
             parent = posixpath.dirname(full)
             if parent:
                 await sftp.makedirs(parent, exist_ok=True)
-            tmp = posixpath.join(
-                parent, f".{posixpath.basename(full)}.tmp-{secrets.token_hex(6)}"
-            )
+            tmp = posixpath.join(parent, f".{posixpath.basename(full)}.tmp-{secrets.token_hex(6)}")
             try:
-                attrs_ = asyncssh.SFTPAttrs(permissions=mode) if mode is not None else asyncssh.SFTPAttrs()
+                attrs_ = (
+                    asyncssh.SFTPAttrs(permissions=mode)
+                    if mode is not None
+                    else asyncssh.SFTPAttrs()
+                )
                 async with sftp.open(tmp, "wb", attrs_) as f:
                     await f.write(data)
                 if mode is not None:

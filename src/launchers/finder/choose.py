@@ -141,7 +141,10 @@ def merge(index: GroupIndex, best: Candidate, compat: list[bool], single_partiti
         clauses = list(dict.fromkeys([c.clause for c in sel]))
         csets = [frozenset(k) for k in clauses]
         # which clauses admit each distinct feature set (few, however many node groups)
-        admits = [[k for k, ks in zip(clauses, csets, strict=True) if ks <= f] for f in index.distinct_features]
+        admits = [
+            [k for k, ks in zip(clauses, csets, strict=True) if ks <= f]
+            for f in index.distinct_features
+        ]
         bad: tuple[int, int, list[tuple[str, ...]]] | None = None
         for pi in pis:
             for ni, fid in enumerate(index.feature_ids[pi]):
@@ -200,7 +203,10 @@ DETAIL_LIMIT = 40
 
 
 def _explain_rejections(
-    index: GroupIndex, results: list[tuple[tuple[Reason, ...], int]], ok: list[bool], explain: Explanation
+    index: GroupIndex,
+    results: list[tuple[tuple[Reason, ...], int]],
+    ok: list[bool],
+    explain: Explanation,
 ) -> None:
     texts = ["; ".join(str(r) for r in res[0]) for res in results]
     rejected = [c for c in index.candidates if not ok[c.hidx]]
@@ -276,8 +282,27 @@ def needed_cores(rows: tuple[HostRow, ...], alt: HostRequirement) -> tuple[int, 
         need, total = kind_bits(gpus), gpu_total(gpus)
     out: list[int] = []
     append = out.append
-    for maxd, min_gpu, hcores, hmem, mem_per_cpu, cpu_per_gpu, as_cores, nslots, low, high, uniform, slots, refused, unified in rows:
-        if (maxd and duration > maxd) or n < min_gpu or (hmem and memory + (total if unified else 0) > hmem):
+    for (
+        maxd,
+        min_gpu,
+        hcores,
+        hmem,
+        mem_per_cpu,
+        cpu_per_gpu,
+        as_cores,
+        nslots,
+        low,
+        high,
+        uniform,
+        slots,
+        refused,
+        unified,
+    ) in rows:
+        if (
+            (maxd and duration > maxd)
+            or n < min_gpu
+            or (hmem and memory + (total if unified else 0) > hmem)
+        ):
             append(-1)
             continue
         cores = want
@@ -331,7 +356,9 @@ def choice(
                         low_req = r
                     if r > high_req:
                         high_req = r
-            needed = matcher(alt.duration, len(gpus), cpu.cores, cpu.memory, low_req, high_req, gpus, need, total)
+            needed = matcher(
+                alt.duration, len(gpus), cpu.cores, cpu.memory, low_req, high_req, gpus, need, total
+            )
         else:
             needed = matcher(alt.duration, 0, cpu.cores, cpu.memory, 0, 0, gpus)
     key = (needed, single_partition)
@@ -346,7 +373,9 @@ def choice(
     return found
 
 
-def select_cached(index: GroupIndex, alt: HostRequirement, single_partition: bool = False) -> Selection | None:
+def select_cached(
+    index: GroupIndex, alt: HostRequirement, single_partition: bool = False
+) -> Selection | None:
     """``select`` without explanation, through the memo of ``choice``."""
     found = choice(index, alt, single_partition)
     if found is None:

@@ -129,10 +129,14 @@ class GroupIndex:
     disabled: tuple[Partition, ...]
     node_groups: dict[int, tuple[NodeGroup, ...]]  # pindex -> node groups (implicit one if none)
     feature_sets: dict[int, tuple[frozenset[str], ...]]  # pindex -> features of each node group
-    feature_ids: dict[int, tuple[int, ...]]  # pindex -> index in ``distinct_features`` per node group
+    feature_ids: dict[
+        int, tuple[int, ...]
+    ]  # pindex -> index in ``distinct_features`` per node group
     distinct_features: tuple[frozenset[str], ...]
     by_key: dict[tuple[int, int, str | None, str | None], Candidate]
-    by_combo: dict[tuple[str | None, str | None], tuple[Candidate, ...]]  # (QoS, account) -> candidates
+    by_combo: dict[
+        tuple[str | None, str | None], tuple[Candidate, ...]
+    ]  # (QoS, account) -> candidates
     hosts: tuple[Host, ...]  # distinct hosts; candidates refer to them by ``hidx``
     memo: dict[Any, Any] = attrs.field(factory=dict)  # finder.choose.select
     #: ``hosts`` as plain tuples for the inlined matcher (``finder.choose.needed_cores``)
@@ -146,13 +150,17 @@ class GroupIndex:
     def __attrs_post_init__(self) -> None:
         rows = tuple(host_row(h) for h in self.hosts)
         object.__setattr__(self, "rows", rows)
-        object.__setattr__(self, "matcher", compile_matcher(rows) if len(rows) <= MAX_COMPILED else None)
+        object.__setattr__(
+            self, "matcher", compile_matcher(rows) if len(rows) <= MAX_COMPILED else None
+        )
 
 
 #: (max_duration, min_gpu, cores, memory, mem_per_cpu, cpu_per_gpu, memory_as_cores,
 #: GPU count, uniform GPU min memory, uniform GPU memory, uniform?, GPU slots,
 #: kind bits a uniform GPU refuses, unified memory?)
-HostRow = tuple[int, int, int, int, int, int, bool, int, int, int, bool, tuple[GPUSlot, ...], int, bool]
+HostRow = tuple[
+    int, int, int, int, int, int, bool, int, int, int, bool, tuple[GPUSlot, ...], int, bool
+]
 
 
 #: Groups with more distinct hosts than this use the row loop (compiling would cost more).
@@ -161,7 +169,22 @@ MAX_COMPILED = 256
 
 def _host_expression(i: int, row: HostRow) -> str:
     """``fit`` for one host row as a Python expression with the host's numbers inlined."""
-    maxd, min_gpu, hcores, hmem, mem_per_cpu, cpu_per_gpu, as_cores, nslots, low, high, uniform, _, refused, unified = row
+    (
+        maxd,
+        min_gpu,
+        hcores,
+        hmem,
+        mem_per_cpu,
+        cpu_per_gpu,
+        as_cores,
+        nslots,
+        low,
+        high,
+        uniform,
+        _,
+        refused,
+        unified,
+    ) = row
     conds: list[str] = []
     if maxd:
         conds.append(f"duration <= {int(maxd)}")
@@ -239,7 +262,9 @@ def layered(group: SlurmGroup, partition: Partition, ng: NodeGroup) -> ResourceC
     return cfg
 
 
-def _regex_layer(found: dict[str, Any], feature: str, pattern: str, ng: NodeGroup) -> ResourceConfig:
+def _regex_layer(
+    found: dict[str, Any], feature: str, pattern: str, ng: NodeGroup
+) -> ResourceConfig:
     """The layer of one ``features_regex`` match. The loader has checked every node group of a
     file (``config.loader``); the error here only guards groups built otherwise."""
     try:
@@ -271,7 +296,9 @@ def _duration_limit(partition_limit: int, qos: QoS | None) -> int:
     return min(partition_limit, qos.max_duration)
 
 
-def slurm_host(group: SlurmGroup, partition: Partition, cfg: ResourceConfig, qos: QoS | None) -> Host:
+def slurm_host(
+    group: SlurmGroup, partition: Partition, cfg: ResourceConfig, qos: QoS | None
+) -> Host:
     """The host one candidate offers (layered configuration with the QoS applied)."""
     cpu: CPUConfig = cfg.cpu
     part_limit = cfg.max_duration or 0
@@ -295,7 +322,9 @@ def local_host(group: LocalGroup) -> Host:
     """The host a local group describes (no duration limit)."""
     gpus: list[GPUSlot] = []
     for gpu in group.gpus:
-        gpus.extend([GPUSlot(memory=gpu.memory, min_memory=gpu.min_memory or 0, kind=gpu.kind)] * gpu.count)
+        gpus.extend(
+            [GPUSlot(memory=gpu.memory, min_memory=gpu.min_memory or 0, kind=gpu.kind)] * gpu.count
+        )
     return Host(
         cores=group.cpu.cores or 0,
         memory=group.cpu.memory or 0,
@@ -355,7 +384,9 @@ def build_index(group: SlurmGroup) -> GroupIndex:
     by_combo: dict[tuple[str | None, str | None], list[Candidate]] = {}
     for c in candidates:
         by_combo.setdefault((c.qos_name, c.account), []).append(c)
-    feature_sets = {pi: tuple(frozenset(ng.features) for ng in ngs) for pi, ngs in node_groups.items()}
+    feature_sets = {
+        pi: tuple(frozenset(ng.features) for ng in ngs) for pi, ngs in node_groups.items()
+    }
     fids: dict[frozenset[str], int] = {}
     return GroupIndex(
         group=group,
@@ -364,7 +395,9 @@ def build_index(group: SlurmGroup) -> GroupIndex:
         disabled=tuple(disabled),
         node_groups=node_groups,
         feature_sets=feature_sets,
-        feature_ids={pi: tuple(fids.setdefault(f, len(fids)) for f in fs) for pi, fs in feature_sets.items()},
+        feature_ids={
+            pi: tuple(fids.setdefault(f, len(fids)) for f in fs) for pi, fs in feature_sets.items()
+        },
         distinct_features=tuple(fids),
         by_key=by_key,
         by_combo={k: tuple(v) for k, v in by_combo.items()},
@@ -384,7 +417,9 @@ def cached(obj: Any, name: str, build: Callable[[Any], Any]) -> Any:
         return hit[1]
     value = build(obj)
 
-    def forget(ref: weakref.ref[Any], key: tuple[int, str] = key, table: dict[Any, Any] = _CACHE) -> None:
+    def forget(
+        ref: weakref.ref[Any], key: tuple[int, str] = key, table: dict[Any, Any] = _CACHE
+    ) -> None:
         entry = table.get(key)
         if entry is not None and entry[0] is ref:
             del table[key]

@@ -123,7 +123,9 @@ def cores_needed(alt: HostRequirement, host: Host) -> tuple[int, Reason | None]:
     return cores, None
 
 
-def problems(alt: HostRequirement, host: Host, first_only: bool = True) -> tuple[tuple[Reason, ...], int]:
+def problems(
+    alt: HostRequirement, host: Host, first_only: bool = True
+) -> tuple[tuple[Reason, ...], int]:
     """Why ``host`` cannot run ``alt`` (empty if it can), and the cores to ask for there."""
     out: list[Reason] = []
     if host.max_duration and alt.duration > host.max_duration:
@@ -142,10 +144,15 @@ def problems(alt: HostRequirement, host: Host, first_only: bool = True) -> tuple
     if why is not None:
         out.append(why)
     elif host.cores and cores > host.cores:
-        if cores > alt.cpu.cores and host.memory_as_cores and alt.cpu.memory and (
-            not host.cpu_per_gpu or cores > host.cpu_per_gpu * ngpus
+        if (
+            cores > alt.cpu.cores
+            and host.memory_as_cores
+            and alt.cpu.memory
+            and (not host.cpu_per_gpu or cores > host.cpu_per_gpu * ngpus)
         ):
-            out.append(Reason("cores_for_memory", (host.cores, cores, alt.cpu.memory, host.mem_per_cpu)))
+            out.append(
+                Reason("cores_for_memory", (host.cores, cores, alt.cpu.memory, host.mem_per_cpu))
+            )
         else:
             out.append(Reason("cores", (host.cores, cores)))
     if out and first_only:
@@ -155,7 +162,9 @@ def problems(alt: HostRequirement, host: Host, first_only: bool = True) -> tuple
         if first_only:
             return tuple(out), cores
     elif host.memory and host.unified and alt.cpu.memory + gpu_total(alt.cuda_gpus) > host.memory:
-        out.append(Reason("unified_memory", (host.memory, alt.cpu.memory, gpu_total(alt.cuda_gpus))))
+        out.append(
+            Reason("unified_memory", (host.memory, alt.cpu.memory, gpu_total(alt.cuda_gpus)))
+        )
         if first_only:
             return tuple(out), cores
     if ngpus:

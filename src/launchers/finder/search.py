@@ -142,7 +142,9 @@ def slurm_options(group: SlurmGroup, alt: HostRequirement, sel: Selection) -> An
     return _options(group, alt, sel.best, sel.cores, sel.merge)
 
 
-def _options(group: SlurmGroup, alt: HostRequirement, best: Candidate, cores: int, merged: Merge) -> Any:
+def _options(
+    group: SlurmGroup, alt: HostRequirement, best: Candidate, cores: int, merged: Merge
+) -> Any:
     options_class = _OPTIONS_CLASS
     if options_class is None:
         options_class = _options_class()
@@ -200,7 +202,9 @@ def selection_lines(index: int, alt: HostRequirement, sel: Selection) -> list[st
 def unmerged_lines(sel: Selection) -> list[str]:
     """Partitions that match but are not listed (another QoS or account, or more cores)."""
     listed = set(sel.partitions)
-    dropped = {sel.index.group.partitions[e[1]].name for e in sel.merge.events if e[0] == "drop_partition"}
+    dropped = {
+        sel.index.group.partitions[e[1]].name for e in sel.merge.events if e[0] == "drop_partition"
+    }
     out = []
     best = sel.best
     seen: set[str] = set()
@@ -218,7 +222,9 @@ def unmerged_lines(sel: Selection) -> list[str]:
                 f"QoS {best.qos_name} and account {best.account}"
             )
         else:
-            out.append(f"partition {name} matches but is not merged: it needs or fits a different --cpus-per-task ({needed} vs {sel.cores})")
+            out.append(
+                f"partition {name} matches but is not merged: it needs or fits a different --cpus-per-task ({needed} vs {sel.cores})"
+            )
     return out
 
 
@@ -228,9 +234,20 @@ class _LazyLines:
     __slots__ = ("alt", "chosen", "gindex", "group", "index")
 
     def __init__(
-        self, group: Group, index: int, alt: HostRequirement, gindex: GroupIndex, chosen: tuple[Candidate, int, Merge]
+        self,
+        group: Group,
+        index: int,
+        alt: HostRequirement,
+        gindex: GroupIndex,
+        chosen: tuple[Candidate, int, Merge],
     ) -> None:
-        self.group, self.index, self.alt, self.gindex, self.chosen = group, index, alt, gindex, chosen
+        self.group, self.index, self.alt, self.gindex, self.chosen = (
+            group,
+            index,
+            alt,
+            gindex,
+            chosen,
+        )
 
     def __iter__(self) -> Any:
         best, cores, merged = self.chosen
@@ -241,7 +258,12 @@ class _LazyLines:
 
 
 def _slurm_launcher(
-    cls: Any, group: SlurmGroup, gindex: GroupIndex, index: int, alt: HostRequirement, chosen: tuple[Candidate, int, Merge]
+    cls: Any,
+    group: SlurmGroup,
+    gindex: GroupIndex,
+    index: int,
+    alt: HostRequirement,
+    chosen: tuple[Candidate, int, Merge],
 ) -> Launcher:
     best, cores, merged = chosen
     # the options depend on the alternative only through these (the group is the merge's)
@@ -291,7 +313,9 @@ def _batched(group: Group, launcher: Launcher) -> Launcher:
     try:
         return launcher.batched(**options)
     except ImportError as e:
-        raise LaunchersError(f"{_describe(group)} has a batch: mapping but batching is not available ({e})") from None
+        raise LaunchersError(
+            f"{_describe(group)} has a batch: mapping but batching is not available ({e})"
+        ) from None
 
 
 @attrs.define
@@ -349,7 +373,9 @@ def _try_group(
     for line in unmerged_lines(sel):
         explain.add(line, 2)
     explain.lines.extend(local.lines)  # the other candidates, for --explain
-    return _slurm_launcher(_launcher_class(group), group, gindex, index, alt, (sel.best, sel.cores, sel.merge))
+    return _slurm_launcher(
+        _launcher_class(group), group, gindex, index, alt, (sel.best, sel.cores, sel.merge)
+    )
 
 
 def search(
@@ -367,7 +393,9 @@ def search(
             if tags & set(g.tags):
                 eligible.append(g)
             elif ex is not None:
-                ex.add(f"{_describe(g)}: skipped, its tags {sorted(g.tags)} include none of {sorted(tags)}")
+                ex.add(
+                    f"{_describe(g)}: skipped, its tags {sorted(g.tags)} include none of {sorted(tags)}"
+                )
         groups = tuple(eligible)
     if ex is not None and not groups:
         ex.add("no group to search" + (f" with tags {sorted(tags)}" if tags else ""))
@@ -381,7 +409,9 @@ def search(
                     for later in groups[gi + 1 :]:
                         ex.add(f"{_describe(later)}: not tried, {group.label} comes first", 1)
                     if i + 1 < len(alternatives):
-                        ex.add(f"alternatives {i + 1}..{len(alternatives) - 1}: not tried, alternative {i} fits")
+                        ex.add(
+                            f"alternatives {i + 1}..{len(alternatives) - 1}: not tried, alternative {i} fits"
+                        )
                 return SearchResult(_batched(group, launcher), ex or Explanation())
     return SearchResult(None, ex or Explanation())
 
@@ -390,7 +420,9 @@ class LauncherNotFound(LauncherNotFoundError):
     """``LauncherNotFoundError`` whose explanation is built when first read: code that catches
     it to try something else does not pay for explaining every rejected candidate."""
 
-    def __init__(self, alternatives: Sequence[HostRequirement], config: LaunchersConfig, tags: frozenset[str]) -> None:
+    def __init__(
+        self, alternatives: Sequence[HostRequirement], config: LaunchersConfig, tags: frozenset[str]
+    ) -> None:
         self.alternatives = tuple(alternatives)
         self.config = config
         self.tags = tags
@@ -429,7 +461,12 @@ def _canonical(alt: HostRequirement) -> Any:
     cpu = alt.cpu
     gpus = alt.cuda_gpus
     # memory and kind bit (< 4) of each GPU request in one integer
-    return (alt.duration, cpu.memory, cpu.cores, tuple([(g.memory << 2) | g.bit for g in gpus]) if gpus else ())
+    return (
+        alt.duration,
+        cpu.memory,
+        cpu.cores,
+        tuple([(g.memory << 2) | g.bit for g in gpus]) if gpus else (),
+    )
 
 
 def _search_quietly(

@@ -193,8 +193,19 @@ class Executor(abc.ABC):
             else:
                 await self.submit(job)
         except Exception as e:  # a bug or an unexpected refusal must not leave the job hanging
-            log.error("submission of %s failed: %s", job.task_id, e, exc_info=not isinstance(e, LaunchersError))
-            job.apply(StateUpdate(state=JobState.FAILED, detail="submission error", reason=str(e) or type(e).__name__))
+            log.error(
+                "submission of %s failed: %s",
+                job.task_id,
+                e,
+                exc_info=not isinstance(e, LaunchersError),
+            )
+            job.apply(
+                StateUpdate(
+                    state=JobState.FAILED,
+                    detail="submission error",
+                    reason=str(e) or type(e).__name__,
+                )
+            )
         finally:
             self.last_submitted = time.monotonic()
             self.tracker.wake()
@@ -283,12 +294,16 @@ def executor_for_record(record: StateRecord) -> Executor:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
-        raise LaunchersError(f"job {record.task_id}: module {module_name} is missing ({e})") from None
+        raise LaunchersError(
+            f"job {record.task_id}: module {module_name} is missing ({e})"
+        ) from None
     factory = getattr(module, "executor_from_record", None)
     if factory is None and kind == "slurm":
         factory = _slurm_from_record
     if factory is None:
-        raise LaunchersError(f"job {record.task_id}: launchers of kind {kind!r} cannot be driven from a record")
+        raise LaunchersError(
+            f"job {record.task_id}: launchers of kind {kind!r} cannot be driven from a record"
+        )
     # Remote kinds keep their site in the record: jobs on two sites need two executors.
     site = record.extra.get(f"{kind}_site") if isinstance(record.extra, Mapping) else None
     site_key = json.dumps(site, sort_keys=True, default=str) if site is not None else None

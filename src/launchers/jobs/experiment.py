@@ -42,7 +42,9 @@ class Experiment:
         progress: bool | None = None,
     ) -> None:
         if not isinstance(workdir, (str, os.PathLike)):
-            raise LaunchersError(f"experiment: workdir must be a path, not {type(workdir).__name__}")
+            raise LaunchersError(
+                f"experiment: workdir must be a path, not {type(workdir).__name__}"
+            )
         self.workdir = Path(workdir).expanduser().absolute()
         self.launcher = launcher
         self.rerun_failed = bool(rerun_failed)
@@ -84,7 +86,9 @@ class Experiment:
         try:
             self.workdir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise LaunchersError(f"experiment: cannot create {self.workdir}: {e.strerror}") from None
+            raise LaunchersError(
+                f"experiment: cannot create {self.workdir}: {e.strerror}"
+            ) from None
         with _stack_lock:
             _stack.append(self)
         return self
@@ -135,4 +139,3 @@ def experiment(
 
 
 __all__ = ["Experiment", "current_experiment", "experiment"]
-

@@ -158,7 +158,11 @@ class Job:
                 changes["reason"] = None  # "" in an update clears the reason
             if new_state is not None and new_state.is_final and new_state is not rec.state:
                 changes.setdefault("ended_at", rec.ended_at)
-            if new_state is JobState.RUNNING and rec.started_at is None and "started_at" not in changes:
+            if (
+                new_state is JobState.RUNNING
+                and rec.started_at is None
+                and "started_at" not in changes
+            ):
                 from .record import now_iso
 
                 changes["started_at"] = now_iso()
@@ -176,7 +180,9 @@ class Job:
             changed = new.state is not rec.state
             self._cond.notify_all()
         if changed:
-            log.debug("%s: %s -> %s %s", self.task_id, rec.state.value, new.state.value, update.detail)
+            log.debug(
+                "%s: %s -> %s %s", self.task_id, rec.state.value, new.state.value, update.detail
+            )
         return changed
 
     def _settled_elsewhere(self, update: StateUpdate) -> StateRecord | StateUpdate | None:
@@ -194,14 +200,19 @@ class Job:
             return None
         if disk.state.is_final and disk.state is not self._record.state:
             return disk
-        if (
-            disk.extra.get("cancel_requested") == disk.attempt
-            and (new_state is JobState.LOST
-                 or (new_state is JobState.FAILED and (update.signal is not None or update.exit_code is None)))
+        if disk.extra.get("cancel_requested") == disk.attempt and (
+            new_state is JobState.LOST
+            or (
+                new_state is JobState.FAILED
+                and (update.signal is not None or update.exit_code is None)
+            )
         ):
             self.cancel_requested = True
-            return StateUpdate(state=JobState.CANCELLED, detail="cancelled by another process",
-                               reason="cancelled on request")
+            return StateUpdate(
+                state=JobState.CANCELLED,
+                detail="cancelled by another process",
+                reason="cancelled on request",
+            )
         return None
 
     def mark_cancel_requested(self) -> None:
@@ -211,15 +222,20 @@ class Job:
             if disk.state.is_final:
                 self._record = disk
                 return
-            self._write(disk.transition(detail="cancel requested",
-                                        extra={"cancel_requested": disk.attempt}))
+            self._write(
+                disk.transition(detail="cancel requested", extra={"cancel_requested": disk.attempt})
+            )
             self.cancel_requested = True
 
     def begin_attempt(self, cause: str = "") -> None:
         """Archive this attempt's outputs to ``attempts/N/`` and start attempt N+1 (WAITING)."""
         with self._cond:
             archive_attempt(self.directory, self._record.attempt)
-            self._write(self._record.next_attempt(cause).transition(extra={"owner": ProcessId.current().to_json()}))
+            self._write(
+                self._record.next_attempt(cause).transition(
+                    extra={"owner": ProcessId.current().to_json()}
+                )
+            )
             self.cancel_requested = False
             self._cond.notify_all()
 
@@ -344,7 +360,9 @@ class Job:
         if self.paths.result_pickle.exists():
             with open(self.paths.result_pickle, "rb") as f:
                 return pickle.load(f)
-        raise LaunchersError(f"job {self.task_id} completed but left no result file in {self.directory}")
+        raise LaunchersError(
+            f"job {self.task_id} completed but left no result file in {self.directory}"
+        )
 
 
 def _read_kind(paths: JobPaths) -> str:
@@ -449,7 +467,9 @@ def submit_task(task: Task, launcher: Launcher | None = None, *, force: bool = F
                 "(cancel it first)"
             )
         executor = launcher.executor()
-        job = _attach(task, directory, launcher, executor, force=force, rerun_failed=xp.rerun_failed)
+        job = _attach(
+            task, directory, launcher, executor, force=force, rerun_failed=xp.rerun_failed
+        )
         _jobs[directory] = job
     xp.add(job)
     return job

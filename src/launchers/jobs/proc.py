@@ -30,7 +30,11 @@ def _stat_fields(pid: int) -> list[str] | None:
     end = text.rfind(")")
     if end < 0:
         return None
-    return [text[: text.find("(")].strip(), text[text.find("(") + 1 : end], *text[end + 2 :].split()]
+    return [
+        text[: text.find("(")].strip(),
+        text[text.find("(") + 1 : end],
+        *text[end + 2 :].split(),
+    ]
 
 
 def start_time(pid: int) -> int | None:
@@ -88,7 +92,12 @@ class ProcessId:
         return not is_zombie(self.pid)
 
     def to_json(self) -> dict[str, object]:
-        return {"pid": self.pid, "pid_start": self.start, "boot_id": self.boot_id, "host": self.host}
+        return {
+            "pid": self.pid,
+            "pid_start": self.start,
+            "boot_id": self.boot_id,
+            "host": self.host,
+        }
 
     @classmethod
     def from_json(cls, data: object) -> ProcessId | None:

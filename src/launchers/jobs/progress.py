@@ -53,7 +53,9 @@ def summary_line(jobs: Sequence[Job], now: float | None = None) -> str:
             waiting.append((elapsed, j))
     waiting.sort(key=lambda p: -p[0])
     if waiting:
-        slow = ", ".join(f"{j.task_id} ({j.state.value} {_fmt_elapsed(e)})" for e, j in waiting[:SLOWEST])
+        slow = ", ".join(
+            f"{j.task_id} ({j.state.value} {_fmt_elapsed(e)})" for e, j in waiting[:SLOWEST]
+        )
         text += f" | slowest: {slow}"
     return text
 

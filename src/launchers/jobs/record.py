@@ -236,7 +236,9 @@ class StateRecord:
     extra: Mapping[str, Any] = attrs.field(factory=dict)
     format: int = RECORD_FORMAT
 
-    def transition(self, state: JobState | None = None, detail: str = "", **changes: Any) -> StateRecord:
+    def transition(
+        self, state: JobState | None = None, detail: str = "", **changes: Any
+    ) -> StateRecord:
         """The next record: ``changes`` applied, and a history entry when the state changes
         (or when ``detail`` is given). ``extra`` in changes is merged, not replaced."""
         if "extra" in changes:
@@ -358,7 +360,11 @@ def read_record(directory: str | os.PathLike[str]) -> StateRecord | None:
 
 
 def write_record(
-    directory: str | os.PathLike[str], record: StateRecord, *, sync_dir: bool = True, sync: bool = True
+    directory: str | os.PathLike[str],
+    record: StateRecord,
+    *,
+    sync_dir: bool = True,
+    sync: bool = True,
 ) -> None:
     """Write ``state.json`` atomically (temporary name, fsync, rename, fsync of the directory
     unless ``sync_dir=False``; ``sync=False``: no fsync, the caller makes it durable later)."""

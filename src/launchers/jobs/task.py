@@ -49,7 +49,9 @@ def encode_value(value: Any, where: str) -> Any:
         return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise TaskError(f"parameter {where}: {value!r} is not a JSON number (NaN and infinities are refused)")
+            raise TaskError(
+                f"parameter {where}: {value!r} is not a JSON number (NaN and infinities are refused)"
+            )
         return value
     if isinstance(value, PurePath):
         return {"$path": str(value)}
@@ -59,9 +61,13 @@ def encode_value(value: Any, where: str) -> Any:
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                raise TaskError(f"parameter {where}: key {k!r} is not a string (JSON objects have string keys)")
+                raise TaskError(
+                    f"parameter {where}: key {k!r} is not a string (JSON objects have string keys)"
+                )
             if k == "$path" and len(value) == 1:
-                raise TaskError(f"parameter {where}: a mapping with the single key '$path' is reserved for paths")
+                raise TaskError(
+                    f"parameter {where}: a mapping with the single key '$path' is reserved for paths"
+                )
             out[k] = encode_value(v, f"{where}[{k!r}]")
         return out
     raise TaskError(
@@ -213,9 +219,13 @@ def _refuse_unimportable(func: Callable[..., Any]) -> tuple[str, str]:
     qualname = getattr(func, "__qualname__", None)
     label = getattr(func, "__name__", repr(func))
     if not module or not qualname:
-        raise TaskError(f"@task: {label!r} has no module or qualified name; decorate a module-level function")
+        raise TaskError(
+            f"@task: {label!r} has no module or qualified name; decorate a module-level function"
+        )
     if qualname == "<lambda>" or label == "<lambda>":
-        raise TaskError("@task: lambdas cannot be tasks (the job imports the function by name); define a module-level function")
+        raise TaskError(
+            "@task: lambdas cannot be tasks (the job imports the function by name); define a module-level function"
+        )
     if "<locals>" in qualname:
         raise TaskError(
             f"@task: {qualname} is defined inside a function (a closure); the job imports "
@@ -253,9 +263,13 @@ class TaskFunction:
             for part in self.qualname.split("."):
                 obj = getattr(obj, part)
         except Exception as e:
-            raise TaskError(f"@task: {self.target} cannot be imported back ({type(e).__name__}: {e})") from None
+            raise TaskError(
+                f"@task: {self.target} cannot be imported back ({type(e).__name__}: {e})"
+            ) from None
         if obj is not self and inspect.unwrap(obj) is not inspect.unwrap(self.func):
-            raise TaskError(f"@task: {self.target} names another object than the decorated function")
+            raise TaskError(
+                f"@task: {self.target} names another object than the decorated function"
+            )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Task:
         self._check_importable()
@@ -286,7 +300,9 @@ class TaskFunction:
 @overload
 def task(func: Callable[..., Any], /) -> TaskFunction: ...
 @overload
-def task(*, name: str | None = None, resumable: bool = False) -> Callable[[Callable[..., Any]], TaskFunction]: ...
+def task(
+    *, name: str | None = None, resumable: bool = False
+) -> Callable[[Callable[..., Any]], TaskFunction]: ...
 
 
 def task(
@@ -313,4 +329,12 @@ def resolve_target(target: str) -> Callable[..., Any]:
     return obj
 
 
-__all__ = ["KIND_CALLABLE", "KIND_COMMAND", "Task", "TaskFunction", "command", "resolve_target", "task"]
+__all__ = [
+    "KIND_CALLABLE",
+    "KIND_COMMAND",
+    "Task",
+    "TaskFunction",
+    "command",
+    "resolve_target",
+    "task",
+]

@@ -52,7 +52,9 @@ def check_requests(requests: Mapping[str, int], totals: Mapping[str, int]) -> No
     """At submission: every token declared and n <= N, else ``LaunchersError``."""
     for name, n in sorted(requests.items()):
         if name not in totals:
-            raise LaunchersError(f"token {name!r} is not declared (tokens: or tokens.yaml countertoken:)")
+            raise LaunchersError(
+                f"token {name!r} is not declared (tokens: or tokens.yaml countertoken:)"
+            )
         if n > totals[name]:
             raise LaunchersError(
                 f"a job needs {n} units of token {name!r}, which has only {totals[name]}: it could never run"

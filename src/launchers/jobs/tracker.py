@@ -127,9 +127,18 @@ class Tracker:
                 now = time.monotonic()
                 quiet_for = now - self.executor.last_submitted
                 if quiet_for < BURST_GAP and now - max(last_full, last_fast, started) < BURST_MAX:
-                    await self._sleep(min(BURST_GAP - quiet_for, max(last_full, last_fast, started) + BURST_MAX - now))
+                    await self._sleep(
+                        min(
+                            BURST_GAP - quiet_for,
+                            max(last_full, last_fast, started) + BURST_MAX - now,
+                        )
+                    )
                     continue
-            tracked = [j for j in self.jobs.values() if j.native_id and not j.observer and not j.state.is_final]
+            tracked = [
+                j
+                for j in self.jobs.values()
+                if j.native_id and not j.observer and not j.state.is_final
+            ]
             fast = self.executor.fast_interval
             now = time.monotonic()
             # at most once per fast interval: a burst of submissions wakes the loop once per job,
@@ -140,7 +149,9 @@ class Tracker:
                 now = time.monotonic()
             if self._poll_now or now - last_full >= self.interval - 0.01:
                 self._poll_now = False
-                last_full = now  # also without tracked jobs: observers and waiting jobs need no spin
+                last_full = (
+                    now  # also without tracked jobs: observers and waiting jobs need no spin
+                )
                 if tracked:
                     tracked = [j for j in tracked if not j.state.is_final]
                     ok_before = self._outage_since is None
@@ -157,7 +168,9 @@ class Tracker:
             next_full = last_full + self.interval
             delay = max(0.0, next_full - time.monotonic())
             if fast is not None:
-                delay = min(delay, max(0.0, last_fast + fast - time.monotonic()) if tracked else fast)
+                delay = min(
+                    delay, max(0.0, last_fast + fast - time.monotonic()) if tracked else fast
+                )
             await self._sleep(delay)
 
     async def _sleep(self, delay: float) -> None:
@@ -179,8 +192,16 @@ class Tracker:
                 return False
             if self._outage_since is None:
                 self._outage_since = time.monotonic()
-                what = f"no answer in {timeout:.0f} s" if isinstance(e, asyncio.TimeoutError) else str(e)
-                log.warning("status query for %s jobs failed (no state changed): %s", self.executor.kind, what)
+                what = (
+                    f"no answer in {timeout:.0f} s"
+                    if isinstance(e, asyncio.TimeoutError)
+                    else str(e)
+                )
+                log.warning(
+                    "status query for %s jobs failed (no state changed): %s",
+                    self.executor.kind,
+                    what,
+                )
             return False
         if not quiet and self._outage_since is not None:
             log.warning("status recovered after %.0f s", time.monotonic() - self._outage_since)
@@ -188,7 +209,9 @@ class Tracker:
         if not updates:
             return False
         if self._writer is None:
-            self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="launchers-records")
+            self._writer = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="launchers-records"
+            )
         return await asyncio.get_running_loop().run_in_executor(self._writer, _record, updates)
 
     async def _send_cancels(self) -> None:

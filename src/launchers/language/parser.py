@@ -174,7 +174,8 @@ class _Build(Transformer[Token, RequirementUnion]):
         for c in children[1:]:
             if len(value.requirements) * len(c.requirements) > MAX_ALTERNATIVES:
                 raise _Fail(
-                    f"more than {MAX_ALTERNATIVES} alternatives after distributing '&'", None,
+                    f"more than {MAX_ALTERNATIVES} alternatives after distributing '&'",
+                    None,
                     (f"at most {MAX_ALTERNATIVES} alternatives",),
                 )
             value = value & c
@@ -198,7 +199,9 @@ class _Build(Transformer[Token, RequirementUnion]):
             raise _Fail(f"*{count}: at most {MAX_GPUS} GPUs in one alternative", count,
                         (f"a count of at most {MAX_GPUS}",))  # fmt: skip
         if not _gpus_only(value):
-            raise _Fail(REPEAT_NEEDS_GPUS, star, ("'*' only after cuda(...), gpu(...) or mps(...)",))
+            raise _Fail(
+                REPEAT_NEEDS_GPUS, star, ("'*' only after cuda(...), gpu(...) or mps(...)",)
+            )
         result: Requirement = value * n
         return result
 

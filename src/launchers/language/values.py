@@ -240,7 +240,9 @@ def _check_repeat(value: Requirement, count: int) -> None:
     star = len(text) + 1
     text += f"*{count}"
     if count < 1:
-        raise RequirementSyntaxError(f"*{count}: the GPU count must be at least 1", text, 1, star + 1)
+        raise RequirementSyntaxError(
+            f"*{count}: the GPU count must be at least 1", text, 1, star + 1
+        )
     raise RequirementSyntaxError(REPEAT_NEEDS_GPUS, text, 1, star)
 
 
@@ -267,7 +269,9 @@ def _size_arg(value: str | int | None, what: str) -> int:
 def cpu(mem: str | int | None = None, cores: int = 1) -> HostRequirement:
     """A CPU request: ``mem`` a size such as ``"400M"`` (or bytes), ``cores`` at least 1."""
     if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
-        raise RequirementSyntaxError(f"cpu(cores={cores!r}): cores must be an integer >= 1", f"cores={cores}", 1, 7)
+        raise RequirementSyntaxError(
+            f"cpu(cores={cores!r}): cores must be an integer >= 1", f"cores={cores}", 1, 7
+        )
     return HostRequirement(cpu=CPURequest(memory=_size_arg(mem, "cpu(mem=...)"), cores=cores))
 
 
@@ -278,13 +282,17 @@ def cuda_gpu(mem: str | int | None = None) -> HostRequirement:
 
 def gpu(mem: str | int | None = None) -> HostRequirement:
     """One accelerator of any kind (CUDA, Apple, other) with at least ``mem`` of memory."""
-    return HostRequirement(cuda_gpus=(GPURequest(memory=_size_arg(mem, "gpu(mem=...)"), kind="gpu"),))
+    return HostRequirement(
+        cuda_gpus=(GPURequest(memory=_size_arg(mem, "gpu(mem=...)"), kind="gpu"),)
+    )
 
 
 def mps(mem: str | int | None = None) -> HostRequirement:
     """One Apple GPU (Metal Performance Shaders) with at least ``mem`` of memory; its memory
     is the machine's, so it counts against the machine's memory too."""
-    return HostRequirement(cuda_gpus=(GPURequest(memory=_size_arg(mem, "mps(mem=...)"), kind="mps"),))
+    return HostRequirement(
+        cuda_gpus=(GPURequest(memory=_size_arg(mem, "mps(mem=...)"), kind="mps"),)
+    )
 
 
 def duration(spec: str | int | float) -> HostRequirement:

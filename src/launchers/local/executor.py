@@ -103,7 +103,9 @@ class DirectExecutor(Executor):
     poll_min = 1.0
     poll_max = 1.0
 
-    def __init__(self, key: Any = ("local", "local", None), *, kill_grace: float = KILL_GRACE) -> None:
+    def __init__(
+        self, key: Any = ("local", "local", None), *, kill_grace: float = KILL_GRACE
+    ) -> None:
         super().__init__(key)
         self.kill_grace = kill_grace
         self._queue: list[Job] = []
@@ -121,7 +123,9 @@ class DirectExecutor(Executor):
     def _totals(self, group: LocalGroup) -> dict[str, int]:
         return load_totals(group.position.file)
 
-    def _render(self, job: Job, job_dir: str | None = None, default_python: str = sys.executable) -> str:
+    def _render(
+        self, job: Job, job_dir: str | None = None, default_python: str = sys.executable
+    ) -> str:
         from ..slurm.script import ScriptSpec, job_name, render_script
 
         task = job.task
@@ -197,8 +201,13 @@ class DirectExecutor(Executor):
         for job in list(self._queue):
             if job.cancel_requested or job.state.is_final:
                 self._queue.remove(job)
-                job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancelled while waiting",
-                                      reason="cancelled on request"))
+                job.apply(
+                    StateUpdate(
+                        state=JobState.CANCELLED,
+                        detail="cancelled while waiting",
+                        reason="cancelled on request",
+                    )
+                )
                 continue
             group = self._group(job)
             key = self._slot_key(job)
@@ -209,8 +218,12 @@ class DirectExecutor(Executor):
             running = self._running.setdefault(key, set())
             if len(running) >= limit:
                 blocked_groups.add(key)
-                job.apply(StateUpdate(state=JobState.WAITING,
-                                      reason=f"waiting for a free slot ({len(running)} of {limit} jobs running)"))
+                job.apply(
+                    StateUpdate(
+                        state=JobState.WAITING,
+                        reason=f"waiting for a free slot ({len(running)} of {limit} jobs running)",
+                    )
+                )
                 continue
             try:
                 outcome = self._try_start(job, tokens, group)
@@ -229,11 +242,16 @@ class DirectExecutor(Executor):
             if outcome is not None:
                 self._started(job, outcome)
 
-    def _try_start(self, job: Job, tokens: dict[str, int], group: LocalGroup) -> ProcessId | str | None:
+    def _try_start(
+        self, job: Job, tokens: dict[str, int], group: LocalGroup
+    ) -> ProcessId | str | None:
         """Start ``job`` now if its tokens allow: its process, a waiting reason, or None when
         the start goes on asynchronously (``_started`` is then called later)."""
         return acquire_and_start(
-            tokens, self._totals(group) if tokens else {}, job.task_id, str(job.directory),
+            tokens,
+            self._totals(group) if tokens else {},
+            job.task_id,
+            str(job.directory),
             lambda: self._launch(job),
         )
 
@@ -311,8 +329,12 @@ class DirectExecutor(Executor):
                 return StateUpdate(state=JobState.RUNNING)
             return None
         if job.cancel_requested:
-            return StateUpdate(state=JobState.CANCELLED, detail="killed", reason="cancelled on request",
-                               signal=signal.SIGKILL.value)
+            return StateUpdate(
+                state=JobState.CANCELLED,
+                detail="killed",
+                reason="cancelled on request",
+                signal=signal.SIGKILL.value,
+            )
         return StateUpdate(state=JobState.LOST, detail="no process, no job.rc", reason=LOST_REASON)
 
     async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
@@ -345,8 +367,13 @@ class DirectExecutor(Executor):
         for job in jobs:
             if job in self._queue:
                 self._queue.remove(job)
-                job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancelled while waiting",
-                                      reason="cancelled on request"))
+                job.apply(
+                    StateUpdate(
+                        state=JobState.CANCELLED,
+                        detail="cancelled while waiting",
+                        reason="cancelled on request",
+                    )
+                )
                 continue
             proc = ProcessId.from_json(job.record.extra.get("process"))
             if proc is None:
@@ -378,8 +405,14 @@ class DirectExecutor(Executor):
         call it LOST when it started and vanished; submit only when it never started."""
         proc = find_process(str(job.directory), job.attempt)
         if proc is not None:
-            job.apply(StateUpdate(state=JobState.RUNNING, detail="adopted after a crash",
-                                  native_id=str(proc.pid), extra={"process": proc.to_json()}))
+            job.apply(
+                StateUpdate(
+                    state=JobState.RUNNING,
+                    detail="adopted after a crash",
+                    native_id=str(proc.pid),
+                    extra={"process": proc.to_json()},
+                )
+            )
             return
         rc: RcRecord | None = read_rc(job.directory)
         if rc is not None and (rc.attempt is None or rc.attempt == job.attempt):
@@ -388,7 +421,9 @@ class DirectExecutor(Executor):
                 job.apply(update)
                 return
         if has_banner(job.directory, job.attempt):
-            job.apply(StateUpdate(state=JobState.LOST, detail="found after a crash", reason=LOST_REASON))
+            job.apply(
+                StateUpdate(state=JobState.LOST, detail="found after a crash", reason=LOST_REASON)
+            )
             return
         await self.submit(job)
 
@@ -465,7 +500,9 @@ class RemoteDirectExecutor(DirectExecutor):
     and results are copied back to the local job directory when a job ends."""
 
     poll_min = 1.0
-    poll_max = 1.0  # "state, checked every second" (§10): one remote command per second for all jobs
+    poll_max = (
+        1.0  # "state, checked every second" (§10): one remote command per second for all jobs
+    )
 
     def __init__(self, key: Any, connector: str, config_file: str | None) -> None:
         super().__init__(key)
@@ -485,7 +522,11 @@ class RemoteDirectExecutor(DirectExecutor):
 
     async def _remote_root(self) -> str:
         if self._root is None:
-            root = str(getattr(getattr(self.connector, "config", None), "workdir", "~/.local/share/launchers"))
+            root = str(
+                getattr(
+                    getattr(self.connector, "config", None), "workdir", "~/.local/share/launchers"
+                )
+            )
             if root == "~" or root.startswith("~/"):
                 root = (await self.connector.home()).rstrip("/") + root[1:]
             self._root = root.rstrip("/")
@@ -518,23 +559,45 @@ class RemoteDirectExecutor(DirectExecutor):
         self._dispatch()
         self._ensure_waiter()
 
-    def _try_start(self, job: Job, tokens: dict[str, int], group: LocalGroup) -> ProcessId | str | None:
+    def _try_start(
+        self, job: Job, tokens: dict[str, int], group: LocalGroup
+    ) -> ProcessId | str | None:
         background(self._start_remote(job, group))
         return None
 
     async def _start_remote(self, job: Job, group: LocalGroup) -> None:
         rdir = str(job.record.extra.get("remote_dir"))
-        job.apply(StateUpdate(state=JobState.SUBMITTING, job_name=job.runtime.get("job_name"),
-                              submitted_at=now_iso(), reason=""))
+        job.apply(
+            StateUpdate(
+                state=JobState.SUBMITTING,
+                job_name=job.runtime.get("job_name"),
+                submitted_at=now_iso(),
+                reason="",
+            )
+        )
         try:
             res = await self.connector.run(
-                ["sh", "-c", _REMOTE_START, "sh", rdir, group.export.upper(), rdir, str(job.attempt), job.task_id]
+                [
+                    "sh",
+                    "-c",
+                    _REMOTE_START,
+                    "sh",
+                    rdir,
+                    group.export.upper(),
+                    rdir,
+                    str(job.attempt),
+                    job.task_id,
+                ]
             )
             if res.returncode != 0:
-                raise LaunchersError(f"cannot start the job in {rdir} on {self.connector_name}: "
-                                     f"{res.stderr.strip() or f'exit {res.returncode}'}")
+                raise LaunchersError(
+                    f"cannot start the job in {rdir} on {self.connector_name}: "
+                    f"{res.stderr.strip() or f'exit {res.returncode}'}"
+                )
             pid, start, boot = [*res.stdout.split(), "", "", ""][:3]
-            proc = ProcessId(int(pid), None if start == "-" else int(start), boot, self.connector_name)
+            proc = ProcessId(
+                int(pid), None if start == "-" else int(start), boot, self.connector_name
+            )
         except Exception as e:
             self._finished(job)
             # the start command may have run: reconcile looks for the process before resubmitting
@@ -561,9 +624,13 @@ class RemoteDirectExecutor(DirectExecutor):
             known.append((job, proc))
         if not known:
             return {}
-        res = await self.connector.run(argv, input="".join(lines).encode("utf-8", "surrogateescape"))
+        res = await self.connector.run(
+            argv, input="".join(lines).encode("utf-8", "surrogateescape")
+        )
         if res.returncode != 0:
-            raise LaunchersError(f"status command failed on {self.connector_name}: {res.stderr.strip()}")
+            raise LaunchersError(
+                f"status command failed on {self.connector_name}: {res.stderr.strip()}"
+            )
         boot = ""
         out: dict[Job, StateUpdate] = {}
         for line in res.stdout.splitlines():
@@ -585,17 +652,24 @@ class RemoteDirectExecutor(DirectExecutor):
                 update = update_from_rc(job)
             elif kind == "PS":
                 start, _, state = data.partition(" ")
-                alive = start == str(proc.start) and state not in ("Z", "X", "-") and (
-                    not proc.boot_id or proc.boot_id == boot)
+                alive = (
+                    start == str(proc.start)
+                    and state not in ("Z", "X", "-")
+                    and (not proc.boot_id or proc.boot_id == boot)
+                )
                 if alive:
                     if job.state is not JobState.RUNNING:
                         update = StateUpdate(state=JobState.RUNNING)
                 else:
                     await self._fetch(job)
                     update = update_from_rc(job) or (
-                        StateUpdate(state=JobState.CANCELLED, detail="killed", reason="cancelled on request")
+                        StateUpdate(
+                            state=JobState.CANCELLED, detail="killed", reason="cancelled on request"
+                        )
                         if job.cancel_requested
-                        else StateUpdate(state=JobState.LOST, detail="no process, no job.rc", reason=LOST_REASON)
+                        else StateUpdate(
+                            state=JobState.LOST, detail="no process, no job.rc", reason=LOST_REASON
+                        )
                     )
             if update is not None:
                 out[job] = update
@@ -623,8 +697,13 @@ class RemoteDirectExecutor(DirectExecutor):
         for job in jobs:
             if job in self._queue:
                 self._queue.remove(job)
-                job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancelled while waiting",
-                                      reason="cancelled on request"))
+                job.apply(
+                    StateUpdate(
+                        state=JobState.CANCELLED,
+                        detail="cancelled while waiting",
+                        reason="cancelled on request",
+                    )
+                )
                 continue
             proc = ProcessId.from_json(job.record.extra.get("process"))
             if proc is not None:
@@ -658,15 +737,23 @@ class RemoteDirectExecutor(DirectExecutor):
         fields = res.stdout.split()
         if res.returncode == 0 and len(fields) == 3:
             proc = ProcessId(int(fields[0]), int(fields[1]), fields[2], self.connector_name)
-            job.apply(StateUpdate(state=JobState.RUNNING, detail="adopted after a crash",
-                                  native_id=fields[0], extra={"process": proc.to_json(), "remote_dir": rdir}))
+            job.apply(
+                StateUpdate(
+                    state=JobState.RUNNING,
+                    detail="adopted after a crash",
+                    native_id=fields[0],
+                    extra={"process": proc.to_json(), "remote_dir": rdir},
+                )
+            )
             return
         await self._fetch(job)
         update = update_from_rc(job)
         if update is not None:
             job.apply(update)
         elif has_banner(job.directory, job.attempt):
-            job.apply(StateUpdate(state=JobState.LOST, detail="found after a crash", reason=LOST_REASON))
+            job.apply(
+                StateUpdate(state=JobState.LOST, detail="found after a crash", reason=LOST_REASON)
+            )
         else:
             await self.submit(job)
 
@@ -677,8 +764,11 @@ def create_executor(launcher: Launcher) -> DirectExecutor:
     if connector == "local":
         return DirectExecutor(("local", "local", None))
     group = getattr(launcher, "group", None)
-    return RemoteDirectExecutor(("local", connector, None), connector,
-                                getattr(getattr(group, "position", None), "file", None))
+    return RemoteDirectExecutor(
+        ("local", connector, None),
+        connector,
+        getattr(getattr(group, "position", None), "file", None),
+    )
 
 
 def executor_key(launcher: Launcher) -> tuple[str, str, None]:

@@ -15,7 +15,9 @@ from ..launcher import Launcher
 class DirectLauncher(Launcher):
     """A local group and the alternative of the requirement it was chosen for."""
 
-    group: LocalGroup = attrs.field(factory=lambda: LocalGroup(implicit=True), repr=lambda g: repr(g.label))
+    group: LocalGroup = attrs.field(
+        factory=lambda: LocalGroup(implicit=True), repr=lambda g: repr(g.label)
+    )
     alternative: int = 0
     requirement: HostRequirement = attrs.field(factory=HostRequirement)
     #: why the finder chose this, formatted when read (see ``explanation``)

@@ -60,8 +60,13 @@ class BackendConfig:
             return "ssh"
         return None
 
-    def with_group(self, group: UnicoreGroup | FirecrestGroup, *, account: str | None = None,
-                   environ: Mapping[str, str] | None = None) -> BackendConfig:
+    def with_group(
+        self,
+        group: UnicoreGroup | FirecrestGroup,
+        *,
+        account: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> BackendConfig:
         """This config completed by a group: its site, its environment under ours, its account."""
         if group.site is None:
             raise ConfigurationError(f"group {group.label!r} has no site", key="site")
@@ -71,7 +76,9 @@ class BackendConfig:
         check_for_site(self.resources, kind, file)
         env = self.environment
         if group.environment:
-            base = validate_environment(group.environment, None, f"{kind}.{group.label}.environment", site_kind=kind)
+            base = validate_environment(
+                group.environment, None, f"{kind}.{group.label}.environment", site_kind=kind
+            )
             env = base.overridden_by(self.environment)
         return attrs.evolve(
             self,
@@ -82,7 +89,9 @@ class BackendConfig:
         )
 
 
-def resolve_account(explicit: str | None, site: Site | None, environ: Mapping[str, str] | None = None) -> str | None:
+def resolve_account(
+    explicit: str | None, site: Site | None, environ: Mapping[str, str] | None = None
+) -> str | None:
     """``--account``, else the site's ``account``, else ``$MANTIK_COMPUTE_BUDGET_ACCOUNT``, else None."""
     if explicit:
         return explicit
@@ -127,7 +136,9 @@ def _read(path: Path) -> Any:
             _load_with_key_paths(text, file)  # reports the duplicate with its position when it can
             raise ConfigurationError(f"duplicate key {d.key!r}", file=file)
         except json.JSONDecodeError as e:
-            raise ConfigurationError(f"JSON syntax error: {e.msg}", file=file, line=e.lineno, column=e.colno)
+            raise ConfigurationError(
+                f"JSON syntax error: {e.msg}", file=file, line=e.lineno, column=e.colno
+            )
     return _load_with_key_paths(text, file)
 
 
@@ -141,7 +152,9 @@ def _load_with_key_paths(text: str, file: str) -> Any:
         path = _key_path_at(text, e.line, e.column)
         if path is None:
             raise
-        raise ConfigurationError(e.reason, file=e.file, line=e.line, column=e.column, key=path) from None
+        raise ConfigurationError(
+            e.reason, file=e.file, line=e.line, column=e.column, key=path
+        ) from None
 
 
 def _key_path_at(text: str, line: int, column: int) -> str | None:
@@ -188,25 +201,40 @@ def load_backend_config(
     data = _read(p)
     probs = Problems(file)
     if not isinstance(data, Mapping):
-        probs.add(getattr(data, "position", None) or Position(file, 1, 1), "",
-                  f"expected a mapping with Resources (and UnicoreApiUrl, Firecrest or SSH), not {type_name(data)}")
+        probs.add(
+            getattr(data, "position", None) or Position(file, 1, 1),
+            "",
+            f"expected a mapping with Resources (and UnicoreApiUrl, Firecrest or SSH), not {type_name(data)}",
+        )
         probs.raise_if_any()
     assert isinstance(data, Mapping)
     for key in data:
         if key not in TOP_KEYS:
             near_site = suggest(str(key), SITE_KEYS)
-            probs.add(key_pos(data, key), str(key), f"unknown key{suggest(str(key), TOP_KEYS)}; known keys: "
-                      f"{', '.join(TOP_KEYS)}{_MANTIK_IGNORES.get(str(key), _MANTIK_IGNORED)}"
-                      + ("; without a site Mantik refuses the file" if near_site and not any(k in data for k in SITE_KEYS)
-                         else ""))
+            probs.add(
+                key_pos(data, key),
+                str(key),
+                f"unknown key{suggest(str(key), TOP_KEYS)}; known keys: "
+                f"{', '.join(TOP_KEYS)}{_MANTIK_IGNORES.get(str(key), _MANTIK_IGNORED)}"
+                + (
+                    "; without a site Mantik refuses the file"
+                    if near_site and not any(k in data for k in SITE_KEYS)
+                    else ""
+                ),
+            )
     site: Site | None = None
     kind: str | None = None
     given = [k for k in SITE_KEYS if k in data]
     if len(given) > 1:
-        probs.add(key_pos(data, given[1]), given[1], f"{' and '.join(given)} are all set; keep the one of the site "
-                  "to use (Mantik refuses such a file too)" if len(given) > 2 else
-                  f"{given[0]} and {given[1]} are both set; keep the one of the site to use (Mantik refuses such a "
-                  "file too)")
+        probs.add(
+            key_pos(data, given[1]),
+            given[1],
+            f"{' and '.join(given)} are all set; keep the one of the site "
+            "to use (Mantik refuses such a file too)"
+            if len(given) > 2
+            else f"{given[0]} and {given[1]} are both set; keep the one of the site to use (Mantik refuses such a "
+            "file too)",
+        )
     elif given == ["UnicoreApiUrl"]:
         kind = "unicore"
         url = data["UnicoreApiUrl"]
@@ -222,31 +250,53 @@ def load_backend_config(
         gkind = "firecrest" if isinstance(group, FirecrestGroup) else "unicore"
         if kind is not None:
             key = given[0]
-            probs.add(key_pos(data, key), key,
-                      f"the file names its own site, and --group {group.label} names another; "
-                      f"remove {key} to use the group's site, or drop --group")
+            probs.add(
+                key_pos(data, key),
+                key,
+                f"the file names its own site, and --group {group.label} names another; "
+                f"remove {key} to use the group's site, or drop --group",
+            )
         kind = gkind
     elif not given and not any(suggest(str(k), SITE_KEYS) for k in data if k not in TOP_KEYS):
         # (a misspelt site key is reported once, with its "did you mean", above)
-        probs.add(getattr(data, "position", None) or Position(file, 1, 1), "",
-                  "no site: write UnicoreApiUrl, Firecrest or SSH (Mantik refuses a file without one too), or "
-                  "pass --group ID naming a unicore or firecrest group of launchers.yaml")
+        probs.add(
+            getattr(data, "position", None) or Position(file, 1, 1),
+            "",
+            "no site: write UnicoreApiUrl, Firecrest or SSH (Mantik refuses a file without one too), or "
+            "pass --group ID naming a unicore or firecrest group of launchers.yaml",
+        )
     env = Environment()
     if "Environment" in data:
-        env = validate_environment(data["Environment"], file, "Environment", site_kind=kind, problems=probs)
+        env = validate_environment(
+            data["Environment"], file, "Environment", site_kind=kind, problems=probs
+        )
     resources = Resources()
     if "Resources" in data:
-        resources = validate_resources(data["Resources"], file, "Resources", site_kind=kind, problems=probs)
+        resources = validate_resources(
+            data["Resources"], file, "Resources", site_kind=kind, problems=probs
+        )
     else:
-        probs.add(getattr(data, "position", None) or Position(file, 1, 1), "Resources",
-                  "Resources is required (at least Queue)")
+        probs.add(
+            getattr(data, "position", None) or Position(file, 1, 1),
+            "Resources",
+            "Resources is required (at least Queue)",
+        )
     exclude = ExcludeRules()
     if "Exclude" in data:
         exclude = _exclude(data["Exclude"], data, probs)
     probs.raise_if_any()
-    env_data = _plain(data.get("Environment")) if isinstance(data.get("Environment"), Mapping) else None
-    cfg = BackendConfig(p, site, env, resources, exclude, resolve_account(account, site, environ),
-                        environment_data=env_data)
+    env_data = (
+        _plain(data.get("Environment")) if isinstance(data.get("Environment"), Mapping) else None
+    )
+    cfg = BackendConfig(
+        p,
+        site,
+        env,
+        resources,
+        exclude,
+        resolve_account(account, site, environ),
+        environment_data=env_data,
+    )
     if group is not None and site is None:
         cfg = cfg.with_group(group, account=account, environ=environ)
     return cfg
@@ -256,60 +306,97 @@ def _check_url(url: Any, container: Any, key: str, kp: str, probs: Problems) -> 
     if not isinstance(url, str):
         probs.add(value_pos(container, key), kp, f"expected a URL, not {type_name(url)}")
         return False
-    if not url.startswith(("https://", "http://")) or len(url.split("/")) < 3 or not url.split("/")[2]:
-        probs.add(value_pos(container, key), kp, "not an http(s) URL; write https://HOST[:PORT]/...")
+    if (
+        not url.startswith(("https://", "http://"))
+        or len(url.split("/")) < 3
+        or not url.split("/")[2]
+    ):
+        probs.add(
+            value_pos(container, key), kp, "not an http(s) URL; write https://HOST[:PORT]/..."
+        )
         return False
     return True
 
 
 def _firecrest(value: Any, data: Any, probs: Problems) -> FirecrestSite | None:
     if not isinstance(value, Mapping):
-        probs.add(value_pos(data, "Firecrest"), "Firecrest", f"expected a mapping with ApiUrl, TokenUrl, Machine, not {type_name(value)}")
+        probs.add(
+            value_pos(data, "Firecrest"),
+            "Firecrest",
+            f"expected a mapping with ApiUrl, TokenUrl, Machine, not {type_name(value)}",
+        )
         return None
     ok = True
     for key in value:
         if key not in FIRECREST_KEYS:
-            probs.add(key_pos(value, key), key_path("Firecrest", str(key)),
-                      f"unknown key{suggest(str(key), FIRECREST_KEYS)}; known keys: {', '.join(FIRECREST_KEYS)}")
+            probs.add(
+                key_pos(value, key),
+                key_path("Firecrest", str(key)),
+                f"unknown key{suggest(str(key), FIRECREST_KEYS)}; known keys: {', '.join(FIRECREST_KEYS)}",
+            )
             ok = False
     for key in FIRECREST_KEYS:
         if key not in value:
-            probs.add(getattr(value, "position", None), key_path("Firecrest", key), f"{key} is required")
+            probs.add(
+                getattr(value, "position", None), key_path("Firecrest", key), f"{key} is required"
+            )
             ok = False
     for key in ("ApiUrl", "TokenUrl"):
-        if key in value and not _check_url(value[key], value, key, key_path("Firecrest", key), probs):
+        if key in value and not _check_url(
+            value[key], value, key, key_path("Firecrest", key), probs
+        ):
             ok = False
     machine = value.get("Machine")
     if "Machine" in value and (not isinstance(machine, str) or not machine.strip()):
-        probs.add(value_pos(value, "Machine"), "Firecrest.Machine", f"expected the system's name as a string, not {type_name(machine)}")
+        probs.add(
+            value_pos(value, "Machine"),
+            "Firecrest.Machine",
+            f"expected the system's name as a string, not {type_name(machine)}",
+        )
         ok = False
     if not ok:
         return None
-    return FirecrestSite(api_url=value["ApiUrl"].rstrip("/"), token_url=value["TokenUrl"], machine=str(machine))
+    return FirecrestSite(
+        api_url=value["ApiUrl"].rstrip("/"), token_url=value["TokenUrl"], machine=str(machine)
+    )
 
 
 def _ssh(value: Any, data: Any, probs: Problems) -> SSHSite | None:
     """``SSH: {Hostname, Port}``: Hostname required, Port (22 by default) a number or a string of
     digits, as Mantik reads it."""
     if not isinstance(value, Mapping):
-        probs.add(value_pos(data, "SSH"), "SSH", f"expected a mapping with Hostname (and Port), not {type_name(value)}"
-                  "; Mantik refuses it too")
+        probs.add(
+            value_pos(data, "SSH"),
+            "SSH",
+            f"expected a mapping with Hostname (and Port), not {type_name(value)}"
+            "; Mantik refuses it too",
+        )
         return None
     ok = True
     for key in value:
         if key not in SSH_KEYS:
-            probs.add(key_pos(value, key), key_path("SSH", str(key)),
-                      f"unknown key{suggest(str(key), SSH_KEYS)}; known keys: {', '.join(SSH_KEYS)} (Mantik 0.5 "
-                      "ignores other keys; the user name and key come from MANTIK_SSH_USERNAME and "
-                      "MANTIK_SSH_PRIVATE_KEY)")
+            probs.add(
+                key_pos(value, key),
+                key_path("SSH", str(key)),
+                f"unknown key{suggest(str(key), SSH_KEYS)}; known keys: {', '.join(SSH_KEYS)} (Mantik 0.5 "
+                "ignores other keys; the user name and key come from MANTIK_SSH_USERNAME and "
+                "MANTIK_SSH_PRIVATE_KEY)",
+            )
             ok = False
     host = value.get("Hostname")
     if "Hostname" not in value:
-        probs.add(getattr(value, "position", None), "SSH.Hostname", "Hostname is required (Mantik requires it too)")
+        probs.add(
+            getattr(value, "position", None),
+            "SSH.Hostname",
+            "Hostname is required (Mantik requires it too)",
+        )
         ok = False
     elif not isinstance(host, str) or not host.strip() or any(c.isspace() for c in host.strip()):
-        probs.add(value_pos(value, "Hostname"), "SSH.Hostname",
-                  f"expected a host name or address, not {type_name(host) if not isinstance(host, str) else repr(host)}")
+        probs.add(
+            value_pos(value, "Hostname"),
+            "SSH.Hostname",
+            f"expected a host name or address, not {type_name(host) if not isinstance(host, str) else repr(host)}",
+        )
         ok = False
     port = value.get("Port", 22)
     number: int | None = None
@@ -318,8 +405,13 @@ def _ssh(value: Any, data: Any, probs: Problems) -> SSHSite | None:
     elif isinstance(port, str) and port.strip().isdigit():
         number = int(port.strip())
     if number is None or not 0 < number < 65536:
-        probs.add(value_pos(value, "Port"), "SSH.Port", f"expected a port number from 1 to 65535, not "
-                  f"{port!r}" if isinstance(port, (str, int)) else f"expected a port number, not {type_name(port)}")
+        probs.add(
+            value_pos(value, "Port"),
+            "SSH.Port",
+            f"expected a port number from 1 to 65535, not {port!r}"
+            if isinstance(port, (str, int))
+            else f"expected a port number, not {type_name(port)}",
+        )
         ok = False
     if not ok:
         return None
@@ -331,24 +423,30 @@ def _ssh(value: Any, data: Any, probs: Problems) -> SSHSite | None:
 _MANTIK_IGNORED = " (Mantik 0.5 ignores unknown keys)"
 _MANTIK_IGNORES = {
     "DockerImage": " (a Mantik 0.1 key: Mantik 0.5 ignores it and runs without the image; "
-                   "write Environment: {Apptainer: {Path: IMAGE}})",
+    "write Environment: {Apptainer: {Path: IMAGE}})",
     "SingularityImage": " (a Mantik 0.1 key: Mantik 0.5 ignores it and runs without the image; "
-                        "write it as Environment: {Apptainer: {Path: IMAGE, Type: local or remote}})",
+    "write it as Environment: {Apptainer: {Path: IMAGE, Type: local or remote}})",
 }
 
 
 def _exclude(value: Any, data: Any, probs: Problems) -> ExcludeRules:
     if not isinstance(value, list):
-        probs.add(value_pos(data, "Exclude"), "Exclude", f"expected a list of patterns, not {type_name(value)}"
-                  + (f"; write [{value!r}]" if isinstance(value, str) else ""))
+        probs.add(
+            value_pos(data, "Exclude"),
+            "Exclude",
+            f"expected a list of patterns, not {type_name(value)}"
+            + (f"; write [{value!r}]" if isinstance(value, str) else ""),
+        )
         return ExcludeRules()
     patterns = []
     for i, item in enumerate(value):
         pos = value.item_position(i) if hasattr(value, "item_position") else None
         try:
             if not isinstance(item, str):
-                raise PatternError(f"a pattern must be a string, not {type_name(item)}"
-                                   + ("; write it in quotes" if isinstance(item, (int, float)) else ""))
+                raise PatternError(
+                    f"a pattern must be a string, not {type_name(item)}"
+                    + ("; write it in quotes" if isinstance(item, (int, float)) else "")
+                )
             patterns.append(compile_pattern(item, i))
         except PatternError as e:
             probs.add(pos, key_path("Exclude", i), e.reason)
@@ -372,13 +470,20 @@ def to_launcher(cfg: BackendConfig) -> Any:
     from .unicore import UnicoreLauncher
 
     if cfg.site is None:
-        raise ConfigurationError("no site: write UnicoreApiUrl, Firecrest or SSH, or give a group", file=str(cfg.path))
+        raise ConfigurationError(
+            "no site: write UnicoreApiUrl, Firecrest or SSH, or give a group", file=str(cfg.path)
+        )
     r = cfg.resources
     if isinstance(cfg.site, SSHSite):
         from .ssh_site import ssh_launcher
 
-        return ssh_launcher(cfg.site, r, environment=cfg.environment_data, account=cfg.account,
-                            label=cfg.group or cfg.path.stem)
+        return ssh_launcher(
+            cfg.site,
+            r,
+            environment=cfg.environment_data,
+            account=cfg.account,
+            label=cfg.group or cfg.path.stem,
+        )
     options = SlurmOptions(
         partition=r.queue,
         time=slurm_time(r.runtime) if r.runtime is not None else None,

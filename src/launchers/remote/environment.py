@@ -104,16 +104,24 @@ class Environment:
         return attrs.evolve(self, **changes)
 
 
-def _commands(value: Any, container: Any, key: str, prefix: str, problems: Problems) -> tuple[Snippet, ...]:
+def _commands(
+    value: Any, container: Any, key: str, prefix: str, problems: Problems
+) -> tuple[Snippet, ...]:
     path = key_path(prefix, key)
     if isinstance(value, str):
         if not value.strip():
-            problems.add(value_pos(container, key), path, "an empty command; remove the key or write a command")
+            problems.add(
+                value_pos(container, key),
+                path,
+                "an empty command; remove the key or write a command",
+            )
             return ()
         return (Snippet(key, value),)
     if not isinstance(value, list):
         problems.add(
-            value_pos(container, key), path, f"expected a string or a list of strings, not {type_name(value)}"
+            value_pos(container, key),
+            path,
+            f"expected a string or a list of strings, not {type_name(value)}",
         )
         return ()
     out: list[Snippet] = []
@@ -127,12 +135,14 @@ def _commands(value: Any, container: Any, key: str, prefix: str, problems: Probl
             problems.add(
                 item_pos(value, i),
                 key_path(path, i),
-                f"a command must be a string, not {type_name(item)}; write it in quotes: \"{item}\" "
+                f'a command must be a string, not {type_name(item)}; write it in quotes: "{item}" '
                 f"(Mantik 0.5 converts it with str() and runs the command {str(item)!r})",
             )
         else:
             problems.add(
-                item_pos(value, i), key_path(path, i), f"a command must be a string, not {type_name(item)}"
+                item_pos(value, i),
+                key_path(path, i),
+                f"a command must be a string, not {type_name(item)}",
             )
     return tuple(out)
 
@@ -149,14 +159,22 @@ def _apptainer(value: Any, container: Any, prefix: str, problems: Problems) -> A
     ok = True
     for k in value:
         if k not in APPTAINER_KEYS:
-            problems.add(key_pos(value, k), key_path(path, str(k)), f"unknown key{suggest(str(k), APPTAINER_KEYS)}; known keys: {', '.join(APPTAINER_KEYS)}")
+            problems.add(
+                key_pos(value, k),
+                key_path(path, str(k)),
+                f"unknown key{suggest(str(k), APPTAINER_KEYS)}; known keys: {', '.join(APPTAINER_KEYS)}",
+            )
             ok = False
     image = value.get("Path")
     if "Path" not in value:
         problems.add(value_pos(container, "Apptainer"), path, "Path (the image) is required")
         ok = False
     elif not isinstance(image, str) or not image.strip():
-        problems.add(value_pos(value, "Path"), key_path(path, "Path"), f"expected the image path as a string, not {type_name(image)}")
+        problems.add(
+            value_pos(value, "Path"),
+            key_path(path, "Path"),
+            f"expected the image path as a string, not {type_name(image)}",
+        )
         ok = False
     kind = "local"
     if "Type" in value:
@@ -164,7 +182,11 @@ def _apptainer(value: Any, container: Any, prefix: str, problems: Problems) -> A
         if isinstance(t, str) and t.lower() in ("local", "remote"):
             kind = t.lower()
         else:
-            problems.add(value_pos(value, "Type"), key_path(path, "Type"), f"expected local or remote, not {t!r}")
+            problems.add(
+                value_pos(value, "Type"),
+                key_path(path, "Type"),
+                f"expected local or remote, not {t!r}",
+            )
             ok = False
     if ok and kind == "remote" and not str(image).startswith("/"):
         problems.add(
@@ -178,12 +200,20 @@ def _apptainer(value: Any, container: Any, prefix: str, problems: Problems) -> A
         opts = value["Options"]
         items = [opts] if isinstance(opts, str) else opts if isinstance(opts, list) else None
         if items is None:
-            problems.add(value_pos(value, "Options"), key_path(path, "Options"), f"expected a string or a list of strings, not {type_name(opts)}")
+            problems.add(
+                value_pos(value, "Options"),
+                key_path(path, "Options"),
+                f"expected a string or a list of strings, not {type_name(opts)}",
+            )
             ok = False
         else:
             for i, item in enumerate(items):
                 where = value_pos(value, "Options") if isinstance(opts, str) else item_pos(opts, i)
-                kp = key_path(path, "Options") if isinstance(opts, str) else key_path(key_path(path, "Options"), i)
+                kp = (
+                    key_path(path, "Options")
+                    if isinstance(opts, str)
+                    else key_path(key_path(path, "Options"), i)
+                )
                 if not isinstance(item, str):
                     problems.add(where, kp, f"an option must be a string, not {type_name(item)}")
                     ok = False
@@ -198,13 +228,19 @@ def _apptainer(value: Any, container: Any, prefix: str, problems: Problems) -> A
     return Apptainer(str(image), kind, tuple(words), value_pos(value, "Path") or Position())
 
 
-def _python(value: Any, container: Any, prefix: str, problems: Problems) -> tuple[str, Position] | None:
+def _python(
+    value: Any, container: Any, prefix: str, problems: Problems
+) -> tuple[str, Position] | None:
     path = key_path(prefix, "Python")
     pos = value_pos(container, "Python")
     if isinstance(value, Mapping):
         unknown = [k for k in value if k != "Path"]
         for k in unknown:
-            problems.add(key_pos(value, k), key_path(path, str(k)), f"unknown key{suggest(str(k), ['Path'])}; the only key is Path")
+            problems.add(
+                key_pos(value, k),
+                key_path(path, str(k)),
+                f"unknown key{suggest(str(k), ['Path'])}; the only key is Path",
+            )
         if "Path" not in value and unknown:
             return None
         if "Path" not in value:
@@ -214,21 +250,35 @@ def _python(value: Any, container: Any, prefix: str, problems: Problems) -> tupl
         path = key_path(path, "Path")
         value = value["Path"]
     if not isinstance(value, str) or not value.strip():
-        problems.add(pos, path, f"expected the virtual environment's path as a string, not {type_name(value)}")
+        problems.add(
+            pos,
+            path,
+            f"expected the virtual environment's path as a string, not {type_name(value)}",
+        )
         return None
     return value, pos or Position()
 
 
-def _variables(value: Any, container: Any, prefix: str, problems: Problems) -> tuple[tuple[str, str], ...]:
+def _variables(
+    value: Any, container: Any, prefix: str, problems: Problems
+) -> tuple[tuple[str, str], ...]:
     path = key_path(prefix, "Variables")
     if not isinstance(value, Mapping):
-        problems.add(value_pos(container, "Variables"), path, f"expected a mapping NAME: value, not {type_name(value)}")
+        problems.add(
+            value_pos(container, "Variables"),
+            path,
+            f"expected a mapping NAME: value, not {type_name(value)}",
+        )
         return ()
     out: list[tuple[str, str]] = []
     for name, v in value.items():
         kp = key_path(path, str(name))
         if not isinstance(name, str) or not VARIABLE_NAME.match(name):
-            problems.add(key_pos(value, name), kp, f"{str(name)!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
+            problems.add(
+                key_pos(value, name),
+                kp,
+                f"{str(name)!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)",
+            )
             continue
         if isinstance(v, bool) or v is None:
             shown = "null" if v is None else str(v).lower()
@@ -243,7 +293,9 @@ def _variables(value: Any, container: Any, prefix: str, problems: Problems) -> t
         elif isinstance(v, str):
             out.append((name, v))
         else:
-            problems.add(value_pos(value, name), kp, f"expected a string or a number, not {type_name(v)}")
+            problems.add(
+                value_pos(value, name), kp, f"expected a string or a number, not {type_name(v)}"
+            )
     return tuple(out)
 
 
@@ -268,7 +320,11 @@ def validate_environment(
     if located_value is None:
         return Environment()
     if not isinstance(located_value, Mapping):
-        probs.add(getattr(located_value, "position", None) or Position(file=file), key_prefix, f"expected a mapping, not {type_name(located_value)}")
+        probs.add(
+            getattr(located_value, "position", None) or Position(file=file),
+            key_prefix,
+            f"expected a mapping, not {type_name(located_value)}",
+        )
         if own:
             probs.raise_if_any()
         return Environment()
@@ -276,7 +332,11 @@ def validate_environment(
     for key, value in located_value.items():
         kp = key_path(key_prefix, str(key))
         if key not in ENVIRONMENT_KEYS:
-            probs.add(key_pos(located_value, key), kp, f"unknown key{suggest(str(key), ENVIRONMENT_KEYS)}; known keys: {', '.join(ENVIRONMENT_KEYS)}")
+            probs.add(
+                key_pos(located_value, key),
+                kp,
+                f"unknown key{suggest(str(key), ENVIRONMENT_KEYS)}; known keys: {', '.join(ENVIRONMENT_KEYS)}",
+            )
         elif key == "Apptainer":
             env["apptainer"] = _apptainer(value, located_value, key_prefix, probs)
         elif key == "Python":
@@ -285,16 +345,25 @@ def validate_environment(
                 env["python"], env["python_position"] = py
         elif key == "Modules":
             if not isinstance(value, list):
-                probs.add(value_pos(located_value, key), kp, f"expected a list of module names, not {type_name(value)}"
-                          + (f"; write [{value}]" if isinstance(value, str) else ""))
+                probs.add(
+                    value_pos(located_value, key),
+                    kp,
+                    f"expected a list of module names, not {type_name(value)}"
+                    + (f"; write [{value}]" if isinstance(value, str) else ""),
+                )
                 continue
             mods = []
             for i, m in enumerate(value):
                 if isinstance(m, str) and m.strip():
                     mods.append(m)
                 else:
-                    probs.add(item_pos(value, i), key_path(kp, i),
-                              "an empty module name" if isinstance(m, str) else f"a module name must be a string, not {type_name(m)}")
+                    probs.add(
+                        item_pos(value, i),
+                        key_path(kp, i),
+                        "an empty module name"
+                        if isinstance(m, str)
+                        else f"a module name must be a string, not {type_name(m)}",
+                    )
             env["modules"] = tuple(mods)
         elif key == "Variables":
             env["variables"] = _variables(value, located_value, key_prefix, probs)
@@ -321,8 +390,11 @@ def validate_environment(
                     "sites); move the command to " + key.replace("LoginNode", "ComputeNode"),
                 )
     if "Apptainer" in located_value and "Python" in located_value:
-        probs.add(key_pos(located_value, "Python"), key_path(key_prefix, "Python"),
-                  "Apptainer and Python cannot both be set: the image brings its own Python")
+        probs.add(
+            key_pos(located_value, "Python"),
+            key_path(key_prefix, "Python"),
+            "Apptainer and Python cannot both be set: the image brings its own Python",
+        )
     if own:
         probs.raise_if_any()
     return Environment(**env)
@@ -339,7 +411,9 @@ def check_login_commands(env: Environment, site_kind: str, file: str | None) -> 
         )
 
 
-def check_project_paths(env: Environment, project_dir: Path, uploaded: frozenset[str], excluded: dict[str, str]) -> list[str]:
+def check_project_paths(
+    env: Environment, project_dir: Path, uploaded: frozenset[str], excluded: dict[str, str]
+) -> list[str]:
     """Problems with paths that point into the project (a local image, a relative ``Python``).
 
     ``uploaded`` holds the uploaded relative paths and their parents; ``excluded`` maps excluded
@@ -347,28 +421,46 @@ def check_project_paths(env: Environment, project_dir: Path, uploaded: frozenset
     """
     problems: list[str] = []
     if env.apptainer is not None and env.apptainer.is_local:
-        image = (project_dir / env.apptainer.path)
+        image = project_dir / env.apptainer.path
         where = "Environment.Apptainer.Path"
         if env.apptainer.position.line:
             where = f"{env.apptainer.position}: {where}"
         if not image.is_file():
-            problems.append(f"{where}: the local image {env.apptainer.path!r} does not exist (looked for {image}; "
-                            "Mantik refuses it too)")
-        elif env.apptainer.image_name in uploaded and not _same_file(project_dir / env.apptainer.image_name, image):
+            problems.append(
+                f"{where}: the local image {env.apptainer.path!r} does not exist (looked for {image}; "
+                "Mantik refuses it too)"
+            )
+        elif env.apptainer.image_name in uploaded and not _same_file(
+            project_dir / env.apptainer.image_name, image
+        ):
             problems.append(
                 f"{where}: the image is uploaded as {env.apptainer.image_name!r} at the run directory's root, "
                 "but the project has a file of that name; rename one of them or exclude the project file"
             )
     if env.python is not None and not env.python.startswith("/"):
         rel = PurePosixPath(env.python).as_posix().rstrip("/")
-        where = f"{env.python_position}: Environment.Python" if env.python_position.line else "Environment.Python"
+        where = (
+            f"{env.python_position}: Environment.Python"
+            if env.python_position.line
+            else "Environment.Python"
+        )
         if not (project_dir / rel).is_dir():
-            problems.append(f"{where}: the virtual environment {env.python!r} is not a directory of the project (relative paths are inside the project; write an absolute path for one on the site)")
+            problems.append(
+                f"{where}: the virtual environment {env.python!r} is not a directory of the project (relative paths are inside the project; write an absolute path for one on the site)"
+            )
         elif not (project_dir / rel / "bin" / "activate").is_file():
-            problems.append(f"{where}: {env.python!r} has no bin/activate; is it a virtual environment?")
+            problems.append(
+                f"{where}: {env.python!r} has no bin/activate; is it a virtual environment?"
+            )
         elif rel not in uploaded:
-            pattern = excluded.get(rel + "/") or excluded.get(rel) or next((p for e, p in excluded.items() if rel.startswith(e)), "?")
-            problems.append(f"{where}: the virtual environment {env.python!r} is excluded (pattern {pattern!r}); it must be uploaded")
+            pattern = (
+                excluded.get(rel + "/")
+                or excluded.get(rel)
+                or next((p for e, p in excluded.items() if rel.startswith(e)), "?")
+            )
+            problems.append(
+                f"{where}: the virtual environment {env.python!r} is excluded (pattern {pattern!r}); it must be uploaded"
+            )
     return problems
 
 

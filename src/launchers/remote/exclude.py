@@ -204,7 +204,9 @@ def collect_uploads(project_dir: Path, rules: ExcludeRules) -> UploadSet:
     """
     root = Path(project_dir)
     if not root.is_dir():
-        raise ConfigurationError(f"project directory {str(root)!r} does not exist or is not a directory")
+        raise ConfigurationError(
+            f"project directory {str(root)!r} does not exist or is not a directory"
+        )
     uploads: list[Upload] = []
     excluded: list[Exclusion] = []
     problems: list[str] = []
@@ -237,7 +239,9 @@ def collect_uploads(project_dir: Path, rules: ExcludeRules) -> UploadSet:
                         "links are uploaded as their target file only: add it to Exclude or copy the directory"
                     )
                     continue
-                uploads.append(Upload(Path(os.path.realpath(entry.path)), rel, os.stat(entry.path).st_size))
+                uploads.append(
+                    Upload(Path(os.path.realpath(entry.path)), rel, os.stat(entry.path).st_size)
+                )
                 continue
             verdict = rules.decide(rel, is_dir)
             if verdict.excluded:
@@ -246,9 +250,13 @@ def collect_uploads(project_dir: Path, rules: ExcludeRules) -> UploadSet:
             if is_dir:
                 walk(Path(entry.path), rel + "/")
             elif entry.is_file(follow_symlinks=False):
-                uploads.append(Upload(Path(entry.path), rel, entry.stat(follow_symlinks=False).st_size))
+                uploads.append(
+                    Upload(Path(entry.path), rel, entry.stat(follow_symlinks=False).st_size)
+                )
             else:
-                problems.append(f"{rel}: not a regular file (a socket, FIFO or device); add it to Exclude")
+                problems.append(
+                    f"{rel}: not a regular file (a socket, FIFO or device); add it to Exclude"
+                )
 
     walk(root, "")
     if problems:

@@ -71,7 +71,11 @@ RECONCILE_FIRST_RETRY = 2.0
 RECONCILE_NAME_LAG_TRIES = 30
 
 #: what a transfer job's log says when the file arrived (the texts pyfirecrest checks for)
-_TRANSFER_DONE = ("Files were successfully", "File was successfully", "Multipart file upload successfully completed")
+_TRANSFER_DONE = (
+    "Files were successfully",
+    "File was successfully",
+    "Multipart file upload successfully completed",
+)
 log = logging.getLogger("launchers.remote")
 
 MIN_TOKEN_VALIDITY = 60
@@ -81,7 +85,11 @@ MANTIK_ID = "MANTIK_FIRECREST_CLIENT_ID"
 MANTIK_SECRET = "MANTIK_FIRECREST_CLIENT_SECRET"
 DEFAULT_MAX_OPS = 5 * 1024 * 1024
 #: sbatch errors (in a 500 answer) that mean "not accepted, try again" (slurm-runtime.md §4)
-SLURM_TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "temporarily unable to accept job")
+SLURM_TRANSIENT = (
+    "Socket timed out",
+    "Unable to contact slurm controller",
+    "temporarily unable to accept job",
+)
 #: transfer backends through which pyfirecrest's ``upload()`` stages a file itself ("wormhole"
 #: needs the external ``wormhole`` program and is not used)
 STAGING_METHODS = ("s3", "streamer")
@@ -111,8 +119,17 @@ def _standalone(launcher: Any) -> bool:
 def executor_key(launcher: Launcher) -> tuple[Any, ...]:
     """One executor per (API, machine, credentials)."""
     s = _site_of(launcher)
-    return ("firecrest", s.api_url, s.machine, s.token_url, s.client_id_env, s.client_secret_env, s.workdir,
-            s.api_version, _standalone(launcher))
+    return (
+        "firecrest",
+        s.api_url,
+        s.machine,
+        s.token_url,
+        s.client_id_env,
+        s.client_secret_env,
+        s.workdir,
+        s.api_version,
+        _standalone(launcher),
+    )
 
 
 def create_executor(launcher: Launcher) -> FirecrestExecutor:
@@ -122,8 +139,10 @@ def create_executor(launcher: Launcher) -> FirecrestExecutor:
 
         return FirecrestV1Executor(site, mantik=_standalone(launcher), key=executor_key(launcher))
     if site.api_version != 2:
-        raise LaunchersError(f"firecREST site {site.api_url}: api_version {site.api_version} is not supported "
-                             "(write 2, the default, or 1)")
+        raise LaunchersError(
+            f"firecREST site {site.api_url}: api_version {site.api_version} is not supported "
+            "(write 2, the default, or 1)"
+        )
     return FirecrestExecutor(site, mantik=_standalone(launcher), key=executor_key(launcher))
 
 
@@ -132,8 +151,16 @@ def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> Firecr
     data = record.extra.get("firecrest_site")
     if not isinstance(data, Mapping) or not data.get("api_url"):
         raise LaunchersError(f"job {record.task_id}: its record does not name its firecREST site")
-    fields = ("api_url", "token_url", "machine", "client_id_env", "client_secret_env", "workdir", "verify_tls",
-              "api_version")
+    fields = (
+        "api_url",
+        "token_url",
+        "machine",
+        "client_id_env",
+        "client_secret_env",
+        "workdir",
+        "verify_tls",
+        "api_version",
+    )
     site = FirecrestSite(**{k: v for k, v in data.items() if k in fields})
     key = ("record-firecrest", site.api_url, site.machine, site.api_version)
     if site.api_version == 1:
@@ -280,20 +307,29 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                 cid = require_env(ids, f"{where}: no client id", os.environ)
                 secret = require_env(secrets, f"{where}: no client secret", os.environ)
                 self._secrets = [secret]
-                auth = _auth_class()(cid, secret, self.site.token_url, min_token_validity=MIN_TOKEN_VALIDITY)
+                auth = _auth_class()(
+                    cid, secret, self.site.token_url, min_token_validity=MIN_TOKEN_VALIDITY
+                )
                 client = Firecrest(self.site.api_url, auth, verify=self.site.verify_tls)
                 client.num_retries_rate_limit = RATE_LIMIT_RETRIES
                 self._configure(client)
                 self._client = client
             return self._client
 
-    def _call(self, what: str, fn: Any, *, tries: int = 8, transient: Any = firecrest_transient) -> Any:
+    def _call(
+        self, what: str, fn: Any, *, tries: int = 8, transient: Any = firecrest_transient
+    ) -> Any:
         """``fn(client)`` with retries on transient failures; errors become ``LaunchersError``s."""
         from firecrest.FirecrestException import ClientsCredentialsException
 
         try:
-            return with_retries(lambda: fn(self.client()), what, tries=tries, transient=transient,
-                                secrets=self._secrets)
+            return with_retries(
+                lambda: fn(self.client()),
+                what,
+                tries=tries,
+                transient=transient,
+                secrets=self._secrets,
+            )
         except LaunchersError:
             raise
         except ClientsCredentialsException:
@@ -328,7 +364,9 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         system = next((s for s in systems if s.get("name") == machine), None)
         if system is None:
             names = ", ".join(str(s.get("name")) for s in systems)
-            raise LaunchersError(f"firecREST site {self.site.api_url} has no system {machine!r} (it has: {names})")
+            raise LaunchersError(
+                f"firecREST site {self.site.api_url} has no system {machine!r} (it has: {names})"
+            )
         ops = system.get("dataOperation") or {}
         self._max_ops = int(ops.get("max_ops_file_size") or DEFAULT_MAX_OPS)
         self._transfer = ops.get("data_transfer")
@@ -342,7 +380,9 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         chosen = chosen or next((f for f in fss if f.get("dataType") == "scratch"), None)
         chosen = chosen or next((f for f in fss if f.get("dataType") == "users"), None)
         if chosen is None:
-            raise LaunchersError(f"firecREST system {machine!r} declares no work file system; set site.workdir")
+            raise LaunchersError(
+                f"firecREST system {machine!r} declares no work file system; set site.workdir"
+            )
         self._base = posixpath.join(str(chosen["path"]), user, "launchers")
         return self._base
 
@@ -353,8 +393,10 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         the credential variables are set."""
         check_task(task, "firecrest")
         if self.site.workdir and "'" in self.site.workdir:
-            raise ConfigurationError(f"firecREST site {self.site.api_url}: workdir {self.site.workdir!r} contains ', "
-                                     "which firecREST's shell quoting cannot take")
+            raise ConfigurationError(
+                f"firecREST site {self.site.api_url}: workdir {self.site.workdir!r} contains ', "
+                "which firecREST's shell quoting cannot take"
+            )
         ids, secrets = self._names()
         where = f"firecREST site {self.site.api_url}"
         require_env(ids, f"{where}: no client id", os.environ)
@@ -367,23 +409,48 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         name = payload.name_for(job.attempt)  # per attempt: a recovery never adopts an earlier one
         script = payload.script(run_dir, name)
         atomic_write_text(job.paths.script, script)
-        job.apply(StateUpdate(state=JobState.SUBMITTING, detail="submitting to firecREST", job_name=name,
-                              extra={"firecrest_site": self._site_record(), "run_dir": run_dir,
-                                     "run_id": payload.run_id}))
+        job.apply(
+            StateUpdate(
+                state=JobState.SUBMITTING,
+                detail="submitting to firecREST",
+                job_name=name,
+                extra={
+                    "firecrest_site": self._site_record(),
+                    "run_dir": run_dir,
+                    "run_id": payload.run_id,
+                },
+            )
+        )
         jid = await asyncio.to_thread(self._submit_sync, run_dir, script, payload.uploads, name)
         job.runtime["submitted_mono"] = time.monotonic()
-        job.apply(StateUpdate(state=JobState.PENDING, detail="submitted to firecREST", native_id=jid,
-                              submitted_at=now_iso(), extra={"firecrest_submitted": time.time()}))
+        job.apply(
+            StateUpdate(
+                state=JobState.PENDING,
+                detail="submitted to firecREST",
+                native_id=jid,
+                submitted_at=now_iso(),
+                extra={"firecrest_submitted": time.time()},
+            )
+        )
 
     def _site_record(self) -> dict[str, Any]:
         s = self.site
-        return {"api_url": s.api_url, "token_url": s.token_url, "machine": s.machine,
-                "client_id_env": s.client_id_env, "client_secret_env": s.client_secret_env,
-                "workdir": s.workdir, "verify_tls": s.verify_tls, "mantik": self.mantik}
+        return {
+            "api_url": s.api_url,
+            "token_url": s.token_url,
+            "machine": s.machine,
+            "client_id_env": s.client_id_env,
+            "client_secret_env": s.client_secret_env,
+            "workdir": s.workdir,
+            "verify_tls": s.verify_tls,
+            "mantik": self.mantik,
+        }
 
     #: why a file above ``max_ops_file_size`` is refused (v1 says it in its own words)
-    too_big_advice = ("the system declares no transfer backend (dataOperation.data_transfer) to stage it "
-                      "through; exclude it (Exclude) and copy it to the site another way")
+    too_big_advice = (
+        "the system declares no transfer backend (dataOperation.data_transfer) to stage it "
+        "through; exclude it (Exclude) and copy it to the site another way"
+    )
     #: how long a staged upload waits for its transfer job (pyfirecrest cancels it then), seconds
     staged_timeout = 3600.0
 
@@ -411,10 +478,19 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         def start(c: Any) -> Any:
             # pyfirecrest stages from 1 MiB; a system whose direct limit is lower needs it from there
             c.MAX_DIRECT_UPLOAD_SIZE = min(type(c).MAX_DIRECT_UPLOAD_SIZE, self._max_ops + 1)
-            return c.upload(machine, str(local), directory, filename, blocking=False, transfer_method=method,
-                            file_size=size)
+            return c.upload(
+                machine,
+                str(local),
+                directory,
+                filename,
+                blocking=False,
+                transfer_method=method,
+                file_size=size,
+            )
 
-        def accepted_or_refused(e: BaseException) -> bool:  # repeat the POST only if nothing was created
+        def accepted_or_refused(
+            e: BaseException,
+        ) -> bool:  # repeat the POST only if nothing was created
             return status_of(e) == 503 or (is_transient(e) and status_of(e) is None)
 
         what = f"staged upload of {rel} ({format_size(size)}, {method})"
@@ -428,14 +504,19 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                     try:
                         ext.upload_file_to_stage()
                     except MultipartUploadException as e:  # not str(e): it holds the presigned URLs
-                        raise LaunchersError(f"{what}: {getattr(e, '_msg', None) or 'multipart upload failed'}"
-                                             ) from None
+                        raise LaunchersError(
+                            f"{what}: {getattr(e, '_msg', None) or 'multipart upload failed'}"
+                        ) from None
 
                 self._call(f"{what}: parts", parts, tries=3)
             else:
                 ext.wait_for_streamer_job_to_listen()
                 ext.upload_file_streamer()
-            self._call(f"{what}: transfer job {job_id}", lambda c: self._wait_transfer(c, ext, what), tries=3)
+            self._call(
+                f"{what}: transfer job {job_id}",
+                lambda c: self._wait_transfer(c, ext, what),
+                tries=3,
+            )
         except BaseException:
             self._cancel_transfer(job_id)
             raise
@@ -456,9 +537,13 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         log_path = (tj.get("logs") or {}).get("outputLog")
         text = self._tail_text(c, system, str(log_path)) if log_path else None
         if text is None:
-            raise LaunchersError(f"{what}: transfer job {job_id} left no log (cancelled before it ran?)")
+            raise LaunchersError(
+                f"{what}: transfer job {job_id} left no log (cancelled before it ran?)"
+            )
         if not any(mark in text for mark in _TRANSFER_DONE):
-            raise LaunchersError(f"{what}: transfer job {job_id} did not report success: {text.strip()[-300:]!r}")
+            raise LaunchersError(
+                f"{what}: transfer job {job_id} did not report success: {text.strip()[-300:]!r}"
+            )
 
     def _cancel_transfer(self, job_id: Any) -> None:
         if job_id is None:
@@ -469,7 +554,10 @@ class FirecrestExecutor(RemoteOutputs, Executor):
             log.info("cancel of transfer job %s: %s", job_id, self._message(e))
 
     def _mkdir(self, client: Any, path: str) -> None:
-        self._call(f"firecREST mkdir {path}", lambda c: c.mkdir(self.site.machine, path, create_parents=True))
+        self._call(
+            f"firecREST mkdir {path}",
+            lambda c: c.mkdir(self.site.machine, path, create_parents=True),
+        )
 
     def _upload_one(self, client: Any, directory: str, filename: str, data: bytes) -> None:
         self._upload(client, directory, filename, data)
@@ -489,25 +577,38 @@ class FirecrestExecutor(RemoteOutputs, Executor):
             try:
                 return c.submit(self.site.machine, working_dir=run_dir, script_str=script)
             except Exception as e:
-                if status_of(e) == 408 or (isinstance(e, httpx.TimeoutException)
-                                           and not isinstance(e, httpx.ConnectTimeout)):
+                if status_of(e) == 408 or (
+                    isinstance(e, httpx.TimeoutException)
+                    and not isinstance(e, httpx.ConnectTimeout)
+                ):
                     raise SubmitTimedOut(f"firecREST submit: {self._message(e)}") from None
                 raise
 
         result = self._call("firecREST submit", submit, transient=refused_before_processing)
         return str(result["jobId"])
 
-    def _submit_sync(self, run_dir: str, script: str, uploads: Sequence[tuple[Path, str]], name: str) -> str:
+    def _submit_sync(
+        self, run_dir: str, script: str, uploads: Sequence[tuple[Path, str]], name: str
+    ) -> str:
         """Check sizes, create directories, upload (several at once), submit; a submit that
         answered an error but created the job (found by name) is adopted."""
         machine = self.site.machine
-        too_big = [(rel, local.stat().st_size) for local, rel in uploads if local.stat().st_size > self._max_ops]
+        too_big = [
+            (rel, local.stat().st_size)
+            for local, rel in uploads
+            if local.stat().st_size > self._max_ops
+        ]
         method = self._transfer_method()
         if too_big and method not in STAGING_METHODS:
             rel, size = too_big[0]
-            advice = self.too_big_advice if method is None else (
-                f"its transfer backend {method!r} is not one launchers stages through "
-                f"({', '.join(STAGING_METHODS)}); exclude it (Exclude) and copy it to the site another way")
+            advice = (
+                self.too_big_advice
+                if method is None
+                else (
+                    f"its transfer backend {method!r} is not one launchers stages through "
+                    f"({', '.join(STAGING_METHODS)}); exclude it (Exclude) and copy it to the site another way"
+                )
+            )
             raise SubmissionError(
                 f"{rel} ({format_size(size)}) is larger than the direct upload limit of {machine} "
                 f"(max_ops_file_size {format_size(self._max_ops)}); {advice}"
@@ -515,10 +616,14 @@ class FirecrestExecutor(RemoteOutputs, Executor):
             )
         empty = [rel for local, rel in uploads if local.stat().st_size == 0]
         if empty:  # job.sh creates the project's empty files; an empty upload never ends (408)
-            raise SubmissionError(f"{empty[0]} is empty: firecREST cannot upload an empty file (it never answers); "
-                                  "it was not empty when the run was planned, run it again")
+            raise SubmissionError(
+                f"{empty[0]} is empty: firecREST cannot upload an empty file (it never answers); "
+                "it was not empty when the run was planned, run it again"
+            )
         staged = {rel for rel, _ in too_big}
-        dirs = sorted({run_dir} | {posixpath.dirname(posixpath.join(run_dir, rel)) for _, rel in uploads})
+        dirs = sorted(
+            {run_dir} | {posixpath.dirname(posixpath.join(run_dir, rel)) for _, rel in uploads}
+        )
         for d in dirs:
             self._mkdir(None, d)
         items: list[tuple[Path | bytes, str] | str] = [(script.encode(), "job.sh")]
@@ -536,15 +641,21 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                 self._stage(source, posixpath.dirname(target), posixpath.basename(target), rel)
                 return
             data = source if isinstance(source, bytes) else source.read_bytes()
-            self._call(f"upload of {rel}", lambda c: self._upload_one(c, posixpath.dirname(target),
-                                                                    posixpath.basename(target), data))
+            self._call(
+                f"upload of {rel}",
+                lambda c: self._upload_one(
+                    c, posixpath.dirname(target), posixpath.basename(target), data
+                ),
+            )
 
         with concurrent.futures.ThreadPoolExecutor(self.upload_parallel) as pool:
             futures = [pool.submit(upload, it) for it in items]
             errors = [f.exception() for f in futures if f.exception() is not None]
         if errors:
-            raise SubmissionError(f"{errors[0]}; nothing was submitted (the run directory {run_dir} keeps "
-                                  "the files sent so far)")
+            raise SubmissionError(
+                f"{errors[0]}; nothing was submitted (the run directory {run_dir} keeps "
+                "the files sent so far)"
+            )
         try:
             return self._submit_script(run_dir, script)
         except LaunchersError as e:
@@ -553,22 +664,29 @@ class FirecrestExecutor(RemoteOutputs, Executor):
             found = self._find_by_name(name, run_dir, patience=settle)
             if found is None:
                 raise SubmissionError(str(e)) from None
-            log.warning("firecREST submit answered %s, but job %s named %s exists: adopted", e, found, name)
+            log.warning(
+                "firecREST submit answered %s, but job %s named %s exists: adopted", e, found, name
+            )
             return found
 
     def _remove_stale(self, path: str) -> None:
         """``ops/rm`` of a previous attempt's output in the run directory (none there is fine)."""
         machine = self.site.machine
         try:
-            with_retries(lambda: self.client().rm(machine, path), f"firecREST rm {path}",
-                         transient=firecrest_transient, secrets=self._secrets)
+            with_retries(
+                lambda: self.client().rm(machine, path),
+                f"firecREST rm {path}",
+                transient=firecrest_transient,
+                secrets=self._secrets,
+            )
         except LaunchersError:
             raise
         except Exception as e:
             if status_of(e) == 404:
                 return
-            raise LaunchersError(f"removing the previous attempt's {posixpath.basename(path)}: "
-                                 f"{self._message(e)}") from None
+            raise LaunchersError(
+                f"removing the previous attempt's {posixpath.basename(path)}: {self._message(e)}"
+            ) from None
 
     async def reconcile(self, job: Job) -> None:
         """A job found SUBMITTING after a crash: adopt the job of its name, else submit. A failed
@@ -583,11 +701,22 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                 break
             except LaunchersError as e:
                 if time.monotonic() + delay > deadline:
-                    job.apply(StateUpdate(state=JobState.FAILED, detail="reconcile failed",
-                                          reason=f"could not tell whether job {name} exists on the site ({e}); "
-                                                 "not submitted again"))
+                    job.apply(
+                        StateUpdate(
+                            state=JobState.FAILED,
+                            detail="reconcile failed",
+                            reason=f"could not tell whether job {name} exists on the site ({e}); "
+                            "not submitted again",
+                        )
+                    )
                     return
-                log.warning("%s: looking for job %s failed (%s); retrying in %.0f s", job.task_id, name, e, delay)
+                log.warning(
+                    "%s: looking for job %s failed (%s); retrying in %.0f s",
+                    job.task_id,
+                    name,
+                    e,
+                    delay,
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 60.0)
         stale = False
@@ -608,16 +737,27 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                 if found is not None:
                     break
             if found is None:
-                job.apply(StateUpdate(state=JobState.FAILED, detail="reconcile failed",
-                                      reason=f"job {name} ran on the site (its outputs are there) but the site does "
-                                             "not list it by name; not submitted again"))
+                job.apply(
+                    StateUpdate(
+                        state=JobState.FAILED,
+                        detail="reconcile failed",
+                        reason=f"job {name} ran on the site (its outputs are there) but the site does "
+                        "not list it by name; not submitted again",
+                    )
+                )
                 return
         if found is None:
             await self.submit(job)
             return
         log.warning("%s: adopting firecREST job %s found by its name %s", job.task_id, found, name)
-        job.apply(StateUpdate(state=JobState.PENDING, detail="adopted by name after a restart", native_id=found,
-                              extra={"firecrest_submitted": time.time()}))
+        job.apply(
+            StateUpdate(
+                state=JobState.PENDING,
+                detail="adopted by name after a restart",
+                native_id=found,
+                extra={"firecrest_submitted": time.time()},
+            )
+        )
 
     async def _started_remotely(self, job: Job) -> bool:
         """Whether this attempt's job has begun on the site: its run directory's ``job.out`` or
@@ -647,7 +787,9 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         if writer:
             return (nid, False) if writer == name else (None, True)
         try:
-            rows = self._call(f"firecREST job {nid}", lambda c: c.job_info(self.site.machine, nid), tries=3)
+            rows = self._call(
+                f"firecREST job {nid}", lambda c: c.job_info(self.site.machine, nid), tries=3
+            )
         except LaunchersError:
             return None, False
         found = oldest_in(rows, name, run_dir, id_key="jobId", dir_key="workingDirectory")
@@ -671,10 +813,17 @@ class FirecrestExecutor(RemoteOutputs, Executor):
             except NotImplementedOnAPIversion:
                 return c.job_info(machine)
 
-        return oldest_in(self._call("firecREST jobs", jobs, tries=3), name, run_dir, id_key="jobId",
-                         dir_key="workingDirectory")
+        return oldest_in(
+            self._call("firecREST jobs", jobs, tries=3),
+            name,
+            run_dir,
+            id_key="jobId",
+            dir_key="workingDirectory",
+        )
 
-    def _find_by_name(self, name: str, run_dir: str | None = None, patience: float = 0.0) -> str | None:
+    def _find_by_name(
+        self, name: str, run_dir: str | None = None, patience: float = 0.0
+    ) -> str | None:
         """Like ``_lookup_by_name``, None when the lookup fails (only to adopt after an error);
         with ``patience``, looked for every 2 s for that long until found."""
         deadline = time.monotonic() + patience
@@ -693,10 +842,15 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         Never an empty file: firecREST sends it nothing and never closes its input, the answer
         is 408 after its command timeout."""
         if not data:
-            raise LaunchersError(f"{posixpath.join(directory, filename)}: an empty file cannot be uploaded through "
-                                 "firecREST (it never answers); launchers creates empty files another way")
-        resp = client._post_request(endpoint=f"/filesystem/{self.site.machine}/ops/upload",
-                                    params={"path": directory}, files={"file": (filename, data)})
+            raise LaunchersError(
+                f"{posixpath.join(directory, filename)}: an empty file cannot be uploaded through "
+                "firecREST (it never answers); launchers creates empty files another way"
+            )
+        resp = client._post_request(
+            endpoint=f"/filesystem/{self.site.machine}/ops/upload",
+            params={"path": directory},
+            files={"file": (filename, data)},
+        )
         client._check_response(resp, 204, return_json=False)
 
     # -- status ----------------------------------------------------------------------------------
@@ -709,7 +863,9 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         machine = self.site.machine
         found: dict[Job, Mapping[str, Any] | None] = {}
         if len(jobs) >= self.list_from:
-            listing = await asyncio.to_thread(self._call, "firecREST jobs", lambda c: c.job_info(machine), tries=3)
+            listing = await asyncio.to_thread(
+                self._call, "firecREST jobs", lambda c: c.job_info(machine), tries=3
+            )
             rows = {str(j.get("jobId")): j for j in listing}
             found = {job: rows[str(job.native_id)] for job in jobs if str(job.native_id) in rows}
         missing = [job for job in jobs if job not in found]
@@ -722,7 +878,13 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         answers = await asyncio.gather(*(one(job) for job in missing), return_exceptions=True)
         if missing and not found and all(isinstance(a, BaseException) for a in answers):
             raise LaunchersError(f"firecREST jobs: {answers[0]}")
-        found.update({job: a for job, a in zip(missing, answers, strict=True) if not isinstance(a, BaseException)})
+        found.update(
+            {
+                job: a
+                for job, a in zip(missing, answers, strict=True)
+                if not isinstance(a, BaseException)
+            }
+        )
         updates: dict[Job, StateUpdate] = {}
         for job in jobs:
             row = found.get(job)
@@ -737,15 +899,23 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         """``GET .../jobs/{id}`` for a job missing from the listing; None while not visible yet."""
         machine = self.site.machine
         try:
-            found = with_retries(lambda: self.client().job_info(machine, str(job.native_id)),
-                                 f"firecREST job {job.native_id}", tries=3, transient=firecrest_transient,
-                                 secrets=self._secrets)
+            found = with_retries(
+                lambda: self.client().job_info(machine, str(job.native_id)),
+                f"firecREST job {job.native_id}",
+                tries=3,
+                transient=firecrest_transient,
+                secrets=self._secrets,
+            )
         except Exception as e:
             if status_of(e) == 404:
                 since = time.time() - float(job.record.extra.get("firecrest_submitted") or 0)
                 if since > NOT_VISIBLE_GRACE:
-                    log.warning("firecREST does not know job %s (%s), submitted %.0f s ago",
-                                job.native_id, job.task_id, since)
+                    log.warning(
+                        "firecREST does not know job %s (%s), submitted %.0f s ago",
+                        job.native_id,
+                        job.task_id,
+                        since,
+                    )
                 return None
             raise
         return found[0] if found else None
@@ -765,7 +935,9 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         times = row.get("time") or {}
         start, end = times.get("start"), times.get("end")
         if state is not JobState.PENDING and isinstance(start, int) and start > 0:
-            common["started_at"] = epoch_iso(start)  # the site's; squeue's for a PENDING job is a guess
+            common["started_at"] = epoch_iso(
+                start
+            )  # the site's; squeue's for a PENDING job is a guess
         if state.is_final and isinstance(end, int) and end > 0:
             common["ended_at"] = epoch_iso(end)
         if not state.is_final:
@@ -778,22 +950,48 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         except Exception as e:  # outputs are retried next cycle; after 3 failures decided without
             failures = job.runtime["output_failures"] = job.runtime.get("output_failures", 0) + 1
             if failures < 3:
-                log.info("%s: cannot read its outputs yet (%s); state decided next cycle", job.task_id, e)
+                log.info(
+                    "%s: cannot read its outputs yet (%s); state decided next cycle", job.task_id, e
+                )
                 return None
-            log.warning("%s: its outputs cannot be read (%s); deciding its state without job.rc", job.task_id, e)
+            log.warning(
+                "%s: its outputs cannot be read (%s); deciding its state without job.rc",
+                job.task_id,
+                e,
+            )
             rc = None
         if state is JobState.CANCELLED:
-            return StateUpdate(state=state, detail=raw, reason=cancel_reason(
-                st.cancelled_by, requested=job.cancel_requested, my_uid=None), **common)
+            return StateUpdate(
+                state=state,
+                detail=raw,
+                reason=cancel_reason(st.cancelled_by, requested=job.cancel_requested, my_uid=None),
+                **common,
+            )
         if state is JobState.COMPLETED:
             if rc is not None and not rc.success:
-                return StateUpdate(state=JobState.FAILED, detail=raw, exit_code=rc.rc, signal=rc.signal,
-                                   reason=f"exit code {rc.rc}", **common)
+                return StateUpdate(
+                    state=JobState.FAILED,
+                    detail=raw,
+                    exit_code=rc.rc,
+                    signal=rc.signal,
+                    reason=f"exit code {rc.rc}",
+                    **common,
+                )
             return StateUpdate(state=state, detail=raw, exit_code=0, reason="", **common)
-        code = rc.rc if rc is not None and rc.rc else (int(exit_code) if isinstance(exit_code, int) else None)
+        code = (
+            rc.rc
+            if rc is not None and rc.rc
+            else (int(exit_code) if isinstance(exit_code, int) else None)
+        )
         why = f"exit code {code}" if code is not None else raw
-        return StateUpdate(state=state, detail=raw, exit_code=code, signal=(rc.signal if rc else None) or signal,
-                           reason=why, **common)
+        return StateUpdate(
+            state=state,
+            detail=raw,
+            exit_code=code,
+            signal=(rc.signal if rc else None) or signal,
+            reason=why,
+            **common,
+        )
 
     # -- files -----------------------------------------------------------------------------------
 
@@ -827,7 +1025,9 @@ class FirecrestExecutor(RemoteOutputs, Executor):
             return resp.content
 
         try:
-            return with_retries(get, what, tries=4, transient=firecrest_transient, secrets=self._secrets)
+            return with_retries(
+                get, what, tries=4, transient=firecrest_transient, secrets=self._secrets
+            )
         except LaunchersError:
             raise
         except Exception as e:
@@ -849,14 +1049,19 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         is not UTF-8 becomes ``?`` (logged once)."""
         self.base_dir()  # max_ops_file_size of the system
         if offset == 0:
-            data = self._get(f"firecREST download {path}", "download", {"path": path}, as_json=False)
+            data = self._get(
+                f"firecREST download {path}", "download", {"path": path}, as_json=False
+            )
             if data is _MISSING:
                 return None
             if data is not _TOO_BIG:
                 return bytes(data)
         else:
-            out = self._get(f"firecREST tail {path}", "tail", {"path": path, "bytes": offset + 1,
-                                                               "skipHeading": True})
+            out = self._get(
+                f"firecREST tail {path}",
+                "tail",
+                {"path": path, "bytes": offset + 1, "skipHeading": True},
+            )
             if out is _MISSING:
                 return None
             if out is not _TOO_BIG:
@@ -865,7 +1070,9 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                 if good or not text:
                     return good
                 # not UTF-8 right at ``offset`` (or a character still being written)
-                data = self._get(f"firecREST download {path}", "download", {"path": path}, as_json=False)
+                data = self._get(
+                    f"firecREST download {path}", "download", {"path": path}, as_json=False
+                )
                 if data is _MISSING:
                     return None
                 if data is not _TOO_BIG:
@@ -879,8 +1086,12 @@ class FirecrestExecutor(RemoteOutputs, Executor):
             if not chunk:
                 if path not in self._lossy:
                     self._lossy.add(path)
-                    log.warning("%s: byte %d is not UTF-8 and the file is too big for ops/download: firecREST "
-                                "cannot send it exactly, written as '?'", path, pos)
+                    log.warning(
+                        "%s: byte %d is not UTF-8 and the file is too big for ops/download: firecREST "
+                        "cannot send it exactly, written as '?'",
+                        path,
+                        pos,
+                    )
                 chunk = b"?"
             out_bytes += chunk
             pos += len(chunk)
@@ -891,12 +1102,14 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         the byte at ``offset`` is not UTF-8."""
         start, size = view_window(offset, want, self._max_ops)
         while True:
-            text = self._get(f"firecREST view {path}", "view", {"path": path, "offset": start, "size": size})
+            text = self._get(
+                f"firecREST view {path}", "view", {"path": path, "offset": start, "size": size}
+            )
             if text is _MISSING or text is _TOO_BIG:
                 raise LaunchersError(f"firecREST view {path}: the file is gone or cannot be read")
             good = exact_prefix(str(text))
             if len(good) > offset - start:
-                return good[offset - start:]
+                return good[offset - start :]
             if start == offset:
                 return b""
             # bytes before ``offset`` in the block are not UTF-8: a block that starts at offset
@@ -904,7 +1117,9 @@ class FirecrestExecutor(RemoteOutputs, Executor):
 
     def _tail_text(self, c: Any, system: str, path: str) -> str | None:
         """The end of a small remote text file (``ops/tail``); None if absent."""
-        out = self._get(f"firecREST tail {path}", "tail", {"path": path, "bytes": TRANSFER_LOG_BYTES})
+        out = self._get(
+            f"firecREST tail {path}", "tail", {"path": path, "bytes": TRANSFER_LOG_BYTES}
+        )
         return None if out is _MISSING or out is _TOO_BIG else str(out.get("content") or "")
 
     # -- cancel ----------------------------------------------------------------------------------
@@ -914,18 +1129,27 @@ class FirecrestExecutor(RemoteOutputs, Executor):
 
         def one(job: Job) -> None:
             try:
-                with_retries(lambda: self.client().cancel_job(machine, str(job.native_id)),
-                             f"firecREST cancel {job.native_id}", tries=4, transient=firecrest_transient,
-                             secrets=self._secrets)
+                with_retries(
+                    lambda: self.client().cancel_job(machine, str(job.native_id)),
+                    f"firecREST cancel {job.native_id}",
+                    tries=4,
+                    transient=firecrest_transient,
+                    secrets=self._secrets,
+                )
             except Exception as e:
                 if status_of(e) in (500, 404):
                     # already final (eth-cscs/firecrest-v2#159): the next poll reports the real state
-                    log.info("cancel of %s: %s (job already finished)", job.native_id, self._message(e))
+                    log.info(
+                        "cancel of %s: %s (job already finished)", job.native_id, self._message(e)
+                    )
                     return
-                raise LaunchersError(f"firecREST cancel of {job.native_id}: {self._message(e)}") from None
+                raise LaunchersError(
+                    f"firecREST cancel of {job.native_id}: {self._message(e)}"
+                ) from None
 
-        results = await asyncio.gather(*(asyncio.to_thread(one, j) for j in jobs if j.native_id),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(asyncio.to_thread(one, j) for j in jobs if j.native_id), return_exceptions=True
+        )
         for r in results:
             if isinstance(r, BaseException):
                 log.error("%s", r)

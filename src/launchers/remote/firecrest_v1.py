@@ -63,7 +63,9 @@ class FirecrestV1Executor(FirecrestExecutor):
         if "{user}" in self.site.workdir:
             user = str(self._call("firecREST whoami", lambda c: c.whoami(self.site.machine)) or "")
             if not user:
-                raise LaunchersError(f"firecREST site {self.site.api_url}: whoami gave no user name for {{user}}")
+                raise LaunchersError(
+                    f"firecREST site {self.site.api_url}: whoami gave no user name for {{user}}"
+                )
         self._base = self.site.workdir.replace("{user}", user)
         return self._base
 
@@ -89,8 +91,13 @@ class FirecrestV1Executor(FirecrestExecutor):
     def read_bytes_sync(self, path: str, offset: int = 0) -> bytes | None:
         """``GET /utilities/view`` of the whole file (UTF-8 text), from ``offset``; None if missing."""
         try:
-            text = with_retries(lambda: self.client().view(self.site.machine, path), f"firecREST view {path}",
-                                tries=4, transient=firecrest_transient, secrets=self._secrets)
+            text = with_retries(
+                lambda: self.client().view(self.site.machine, path),
+                f"firecREST view {path}",
+                tries=4,
+                transient=firecrest_transient,
+                secrets=self._secrets,
+            )
         except LaunchersError:
             raise
         except Exception as e:
@@ -106,18 +113,24 @@ class FirecrestV1Executor(FirecrestExecutor):
 
     def _submit_script(self, run_dir: str, script: str) -> str:
         # a POST that creates a task is not repeated: a lost answer could mean a submitted job
-        result = self._call("firecREST submit", lambda c: c.submit(self.site.machine, script_str=script), tries=1)
+        result = self._call(
+            "firecREST submit", lambda c: c.submit(self.site.machine, script_str=script), tries=1
+        )
         return str(result["jobid"])
 
     def _acct(self, ids: Sequence[str] | None) -> list[Mapping[str, Any]]:
         machine = self.site.machine
-        rows = self._call("firecREST acct", lambda c: c.poll(machine, list(ids) if ids else None), tries=3)
+        rows = self._call(
+            "firecREST acct", lambda c: c.poll(machine, list(ids) if ids else None), tries=3
+        )
         return [r for r in rows if isinstance(r, Mapping)]
 
     def _lookup_by_name(self, name: str, run_dir: str | None = None) -> str | None:
         """The oldest job of that name (v1's rows tell no working directory), or None; raises
         LaunchersError when the site cannot say."""
-        return oldest_in(self._acct(None), name, run_dir, id_key="jobid", dir_key="workingDirectory")
+        return oldest_in(
+            self._acct(None), name, run_dir, id_key="jobid", dir_key="workingDirectory"
+        )
 
     async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
         ids = [str(j.native_id) for j in jobs if j.native_id]
@@ -128,11 +141,17 @@ class FirecrestV1Executor(FirecrestExecutor):
             if row is None:
                 since = time.time() - float(job.record.extra.get("firecrest_submitted") or 0)
                 if since > NOT_VISIBLE_GRACE:
-                    log.warning("firecREST does not know job %s (%s), submitted %.0f s ago",
-                                job.native_id, job.task_id, since)
+                    log.warning(
+                        "firecREST does not know job %s (%s), submitted %.0f s ago",
+                        job.native_id,
+                        job.task_id,
+                        since,
+                    )
                 continue
             # v1's acct rows carry no exit code: job.rc gives it (read by _update_for)
-            update = await self._update_for(job, {"status": {"state": row.get("state"), "stateReason": ""}})
+            update = await self._update_for(
+                job, {"status": {"state": row.get("state"), "stateReason": ""}}
+            )
             if update is not None:
                 updates[job] = update
         return updates
@@ -151,7 +170,9 @@ class FirecrestV1Executor(FirecrestExecutor):
             except Exception as e:  # e.g. the job already ended: the next poll reports its state
                 log.info("cancel of %s: %s", job.native_id, self._message(e))
 
-        await asyncio.gather(*(asyncio.to_thread(one, j) for j in jobs if j.native_id), return_exceptions=True)
+        await asyncio.gather(
+            *(asyncio.to_thread(one, j) for j in jobs if j.native_id), return_exceptions=True
+        )
         self.tracker.wake(poll_now=True)
 
 

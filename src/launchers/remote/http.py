@@ -95,8 +95,9 @@ def remote_job_name(job: Job) -> str:
     from .script import attempt_job_name, job_name
 
     place = f"-{job.directory.name[:12]}"
-    return attempt_job_name(job_name(job.name, 64 - len(place) - len(f"-a{job.attempt}")) + job_name(place),
-                            job.attempt)
+    return attempt_job_name(
+        job_name(job.name, 64 - len(place) - len(f"-a{job.attempt}")) + job_name(place), job.attempt
+    )
 
 
 def oldest_in(
@@ -145,13 +146,17 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
     task = job.task
     launcher: Any = job.launcher
     if task is None or launcher is None:
-        raise LaunchersError(f"job {job.task_id}: nothing to submit (no task or launcher in this process)")
+        raise LaunchersError(
+            f"job {job.task_id}: nothing to submit (no task or launcher in this process)"
+        )
     check_task(task, kind)
     group = getattr(launcher, "group", None)
     site = getattr(group, "site", None)
     env = Environment()
     if group is not None and getattr(group, "environment", None):
-        env = validate_environment(group.environment, None, f"{kind}.{group.label}.environment", site_kind=kind)
+        env = validate_environment(
+            group.environment, None, f"{kind}.{group.label}.environment", site_kind=kind
+        )
     command = " ".join(sh_quote(str(a), what="an argument") for a in task.target)
     if task.cwd:
         command = f"cd {sh_quote(task.cwd, what='cwd')} && {command}"
@@ -171,18 +176,32 @@ def task_payload(job: Job, kind: str) -> RemotePayload:
         sbatch = finder_pairs(launcher.sbatch_args(), account)
 
     def script(run_dir: str | None, job_name: str | None = None) -> str:
-        return render_job_script(JobScriptSpec(
-            environment=env, command=command, transport=kind, run_dir=run_dir, job_name=job_name or name,
-            sbatch=sbatch if kind == "firecrest" else (), exports=exports,
-            cpus_per_node=resources.cpus_per_node, run_id=run_id,
-        ))
+        return render_job_script(
+            JobScriptSpec(
+                environment=env,
+                command=command,
+                transport=kind,
+                run_dir=run_dir,
+                job_name=job_name or name,
+                sbatch=sbatch if kind == "firecrest" else (),
+                exports=exports,
+                cpus_per_node=resources.cpus_per_node,
+                run_id=run_id,
+            )
+        )
 
     description = bss = None
     if kind == "unicore":
         description = unicore_description(name=name, environment=env, task_id=job.task_id)
         bss = sbatch
-    return RemotePayload(uploads=(), script=script, run_id=run_id, job_name=base, description=description,
-                         bss_sbatch=bss)
+    return RemotePayload(
+        uploads=(),
+        script=script,
+        run_id=run_id,
+        job_name=base,
+        description=description,
+        bss_sbatch=bss,
+    )
 
 
 # -- credentials ------------------------------------------------------------------------------
@@ -259,8 +278,16 @@ def is_transient(error: BaseException) -> bool:
     import httpx
     import requests
 
-    if isinstance(error, (httpx.TransportError, requests.ConnectionError, requests.Timeout, TimeoutError,
-                          ConnectionError)):
+    if isinstance(
+        error,
+        (
+            httpx.TransportError,
+            requests.ConnectionError,
+            requests.Timeout,
+            TimeoutError,
+            ConnectionError,
+        ),
+    ):
         return True
     code = status_of(error)
     return code is not None and code in TRANSIENT_STATUS
@@ -268,12 +295,17 @@ def is_transient(error: BaseException) -> bool:
 
 def backoff(attempt: int, *, first: float = 0.5, cap: float = 10.0) -> float:
     """Delay before retry ``attempt`` (0-based): ``first`` doubling to ``cap``, ±20 % jitter."""
-    return min(cap, first * (2 ** attempt)) * _JITTER.uniform(0.8, 1.2)
+    return min(cap, first * (2**attempt)) * _JITTER.uniform(0.8, 1.2)
 
 
-def with_retries(call: Callable[[], T], what: str, *, tries: int = MAX_TRIES,
-                 transient: Callable[[BaseException], bool] = is_transient,
-                 secrets: Sequence[str] = ()) -> T:
+def with_retries(
+    call: Callable[[], T],
+    what: str,
+    *,
+    tries: int = MAX_TRIES,
+    transient: Callable[[BaseException], bool] = is_transient,
+    secrets: Sequence[str] = (),
+) -> T:
     """``call()``, retried on transient failures with backoff (``Retry-After`` honoured);
     after ``tries`` attempts, or on another failure, a ``ConnectorError``/the error itself."""
     for attempt in range(tries):
@@ -285,10 +317,17 @@ def with_retries(call: Callable[[], T], what: str, *, tries: int = MAX_TRIES,
             if not transient(e):
                 raise
             if attempt == tries - 1:
-                raise ConnectorError(f"{what}: {redact(str(e), secrets)} (gave up after {tries} tries)") from None
+                raise ConnectorError(
+                    f"{what}: {redact(str(e), secrets)} (gave up after {tries} tries)"
+                ) from None
             delay = retry_after_of(e)
             delay = backoff(attempt) if delay is None else min(delay, 60.0)
-            log.info("%s: %s; retrying in %.1f s", what, redact(str(e), secrets).splitlines()[0][:200], delay)
+            log.info(
+                "%s: %s; retrying in %.1f s",
+                what,
+                redact(str(e), secrets).splitlines()[0][:200],
+                delay,
+            )
             time.sleep(delay)
     raise AssertionError("unreachable")
 

@@ -40,7 +40,12 @@ URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 CONTINUATION = "this line continues the previous one; join them or end it with `\\`"
 
 #: Variables passed to the job when set in the submitter's environment (others need --pass-env).
-MLFLOW_PASSED = ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID")
+MLFLOW_PASSED = (
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_EXPERIMENT_NAME",
+    "MLFLOW_EXPERIMENT_ID",
+    "MLFLOW_RUN_ID",
+)
 
 
 class ParameterError(LaunchersError, ValueError):
@@ -105,14 +110,20 @@ class MLProject:
         for ep in self.entry_points:
             if ep.name == entry:
                 if ep.problems:
-                    raise ConfigurationError(ep.problems[0], file=self.file, problems=list(ep.problems))
+                    raise ConfigurationError(
+                        ep.problems[0], file=self.file, problems=list(ep.problems)
+                    )
                 return ep
         if entry.endswith((".py", ".sh")):
             rel = posixpath.normpath(entry)
             if rel.startswith("../") or rel.startswith("/") or not (self.directory / rel).is_file():
-                raise ConfigurationError(f"entry point {entry!r} is not a file of the project {str(self.directory)!r}")
+                raise ConfigurationError(
+                    f"entry point {entry!r} is not a file of the project {str(self.directory)!r}"
+                )
             runner = "python" if entry.endswith(".py") else "bash"
-            return EntryPoint(entry, f"{runner} {_escape_braces(shlex.quote(rel))}", (), declared=False)
+            return EntryPoint(
+                entry, f"{runner} {_escape_braces(shlex.quote(rel))}", (), declared=False
+            )
         declared = ", ".join(ep.name for ep in self.entry_points) or "none"
         where = f" in {self.file}" if self.file else ""
         raise ConfigurationError(
@@ -131,7 +142,9 @@ def _fields(command: str) -> list[str]:
     try:
         parsed = list(string.Formatter().parse(command))
     except ValueError as e:
-        raise ValueError(f"{e}; write {{{{ and }}}} for literal braces (a shell ${{VAR}} is ${{{{VAR}}}})")
+        raise ValueError(
+            f"{e}; write {{{{ and }}}} for literal braces (a shell ${{VAR}} is ${{{{VAR}}}})"
+        )
     for _literal, field, spec, conv in parsed:
         if field is None:
             continue
@@ -160,7 +173,9 @@ def find_mlproject(directory: Path) -> Path | None:
     try:
         names = sorted(n for n in os.listdir(directory) if n.lower() == FILE_NAME)
     except OSError as e:
-        raise ConfigurationError(f"cannot list the project directory {str(directory)!r}: {e.strerror or e}")
+        raise ConfigurationError(
+            f"cannot list the project directory {str(directory)!r}: {e.strerror or e}"
+        )
     found = [n for n in names if (directory / n).is_file()]
     if len(found) > 1:
         raise ConfigurationError(
@@ -180,7 +195,9 @@ def load_mlproject(project_dir: str | Path) -> MLProject:
     """
     directory = Path(project_dir)
     if not directory.is_dir():
-        raise ConfigurationError(f"project directory {str(directory)!r} does not exist or is not a directory")
+        raise ConfigurationError(
+            f"project directory {str(directory)!r} does not exist or is not a directory"
+        )
     path = find_mlproject(directory)
     if path is None:
         return MLProject(directory)
@@ -193,42 +210,63 @@ def load_mlproject(project_dir: str | Path) -> MLProject:
     data = load_located(text, file, duplicates=duplicates)
     warn = Problems(file)
     for d in sorted(duplicates, key=lambda d: (d.last.line or 0, d.last.column or 0)):
-        warn.add(d.last, d.key, f"written twice (lines {d.first.line} and {d.last.line}); "
-                 f"the value of line {d.last.line} is used, as MLflow's YAML reader does")
+        warn.add(
+            d.last,
+            d.key,
+            f"written twice (lines {d.first.line} and {d.last.line}); "
+            f"the value of line {d.last.line} is used, as MLflow's YAML reader does",
+        )
     if data is None:
         return MLProject(directory, file=file, warnings=tuple(warn.lines))
     probs = Problems(file)
     if not isinstance(data, Mapping):
-        probs.add(getattr(data, "position", None), "", f"expected a mapping with name and entry_points, not "
-                  f"{type_name(data)}; MLflow cannot load it either")
+        probs.add(
+            getattr(data, "position", None),
+            "",
+            f"expected a mapping with name and entry_points, not "
+            f"{type_name(data)}; MLflow cannot load it either",
+        )
         probs.raise_if_any()
     unused = []
     name = None
     entries: list[EntryPoint] = []
     for key, value in data.items():
         if key not in TOP_KEYS:
-            warn.add(key_pos(data, key), str(key), f"not a key MLflow reads; ignored, as MLflow does"
-                     f"{suggest(str(key), TOP_KEYS)}")
+            warn.add(
+                key_pos(data, key),
+                str(key),
+                f"not a key MLflow reads; ignored, as MLflow does{suggest(str(key), TOP_KEYS)}",
+            )
         elif key in UNUSED_KEYS:
             unused.append(str(key))
         elif key == "name":
             if isinstance(value, str):
                 name = value
             elif value is not None:
-                warn.add(value_pos(data, key), "name", f"{type_name(value)}, not a string; not used")
+                warn.add(
+                    value_pos(data, key), "name", f"{type_name(value)}, not a string; not used"
+                )
         elif key == "entry_points":
             if value is None:
                 continue
             if not isinstance(value, Mapping):
-                probs.add(value_pos(data, key), "entry_points", f"expected a mapping of entry points, not "
-                          f"{type_name(value)}; MLflow cannot load the project either")
+                probs.add(
+                    value_pos(data, key),
+                    "entry_points",
+                    f"expected a mapping of entry points, not "
+                    f"{type_name(value)}; MLflow cannot load the project either",
+                )
                 continue
             for ep_name, ep in value.items():
                 entries.append(_entry_point(str(ep_name), ep, value, file))
     envs = [k for k in ENV_KEYS if k in data]
     if len(envs) > 1:
-        warn.add(key_pos(data, envs[1]), envs[1], f"several environments ({', '.join(envs)}): MLflow refuses "
-                 "such a project; launchers uses none of them")
+        warn.add(
+            key_pos(data, envs[1]),
+            envs[1],
+            f"several environments ({', '.join(envs)}): MLflow refuses "
+            "such a project; launchers uses none of them",
+        )
     probs.raise_if_any()
     return MLProject(directory, name, tuple(entries), tuple(unused), file, tuple(warn.lines))
 
@@ -240,22 +278,34 @@ def _entry_point(name: str, ep: Any, container: Any, file: str) -> EntryPoint:
     warn = Problems(file)
 
     def done(command: str = "", params: tuple[Parameter, ...] = ()) -> EntryPoint:
-        return EntryPoint(name, command, params, problems=tuple(probs.lines), warnings=tuple(warn.lines))
+        return EntryPoint(
+            name, command, params, problems=tuple(probs.lines), warnings=tuple(warn.lines)
+        )
 
     if not isinstance(ep, Mapping):
-        probs.add(value_pos(container, name), kp, f"expected a mapping with command (and parameters), not "
-                  f"{type_name(ep)}; MLflow cannot load the project with it")
+        probs.add(
+            value_pos(container, name),
+            kp,
+            f"expected a mapping with command (and parameters), not "
+            f"{type_name(ep)}; MLflow cannot load the project with it",
+        )
         return done()
     for key in ep:
         if key not in ENTRY_KEYS:
-            warn.add(key_pos(ep, key), key_path(kp, str(key)), f"not a key MLflow reads; ignored, as MLflow does"
-                     f"{suggest(str(key), ENTRY_KEYS)}")
+            warn.add(
+                key_pos(ep, key),
+                key_path(kp, str(key)),
+                f"not a key MLflow reads; ignored, as MLflow does{suggest(str(key), ENTRY_KEYS)}",
+            )
     params: list[Parameter] = []
     declared = ep.get("parameters")
     names: set[str] = set()
     if declared is not None and not isinstance(declared, Mapping):
-        probs.add(value_pos(ep, "parameters"), key_path(kp, "parameters"),
-                  f"expected a mapping NAME: TYPE, not {type_name(declared)}; MLflow fails on it too")
+        probs.add(
+            value_pos(ep, "parameters"),
+            key_path(kp, "parameters"),
+            f"expected a mapping NAME: TYPE, not {type_name(declared)}; MLflow fails on it too",
+        )
     elif declared is not None:
         names = {str(n) for n in declared}
         for pname, decl in declared.items():
@@ -265,64 +315,110 @@ def _entry_point(name: str, ep: Any, container: Any, file: str) -> EntryPoint:
     command = ep.get("command")
     cpos = value_pos(ep, "command")
     if command is None:
-        probs.add(cpos if "command" in ep else (getattr(ep, "position", None) or value_pos(container, name)),
-                  key_path(kp, "command"), "command is required; MLflow fails when it runs this entry point")
+        probs.add(
+            cpos
+            if "command" in ep
+            else (getattr(ep, "position", None) or value_pos(container, name)),
+            key_path(kp, "command"),
+            "command is required; MLflow fails when it runs this entry point",
+        )
         return done()
     if not isinstance(command, str) or not command.strip():
-        probs.add(cpos, key_path(kp, "command"), f"expected the command as a non-empty string, not "
-                  f"{'an empty string' if isinstance(command, str) else type_name(command)}"
-                  + ("" if isinstance(command, str) else "; MLflow fails when it runs this entry point"))
+        probs.add(
+            cpos,
+            key_path(kp, "command"),
+            f"expected the command as a non-empty string, not "
+            f"{'an empty string' if isinstance(command, str) else type_name(command)}"
+            + ("" if isinstance(command, str) else "; MLflow fails when it runs this entry point"),
+        )
         return done()
     try:
         fields = _fields(command)
     except ValueError as e:
-        probs.add(cpos, key_path(kp, "command"), f"{e} (MLflow fails on it when it runs this entry point)")
+        probs.add(
+            cpos, key_path(kp, "command"), f"{e} (MLflow fails on it when it runs this entry point)"
+        )
         return done()
     for f in dict.fromkeys(fields):
         if f not in names:
-            probs.add(cpos, key_path(kp, "command"), f"placeholder {{{f}}} names no declared parameter"
-                      + (f"; declared: {', '.join(sorted(names))}" if names else "; declare it under parameters")
-                      + f" (MLflow fails with KeyError: '{f}' when it runs this entry point)")
+            probs.add(
+                cpos,
+                key_path(kp, "command"),
+                f"placeholder {{{f}}} names no declared parameter"
+                + (
+                    f"; declared: {', '.join(sorted(names))}"
+                    if names
+                    else "; declare it under parameters"
+                )
+                + f" (MLflow fails with KeyError: '{f}' when it runs this entry point)",
+            )
     bad = command_lines_problem(command)
     if bad is not None:
         line_no, message = bad
         shown = command.split("\n")[line_no].strip()
-        probs.add(cpos, key_path(kp, "command"), f"line {line_no + 1} ({shown!r}): {message} (MLflow would run it "
-                  "as a command of its own, which fails; Mantik 0.5 joined the lines)")
+        probs.add(
+            cpos,
+            key_path(kp, "command"),
+            f"line {line_no + 1} ({shown!r}): {message} (MLflow would run it "
+            "as a command of its own, which fails; Mantik 0.5 joined the lines)",
+        )
     return done(command, tuple(params))
 
 
-def _parameter(name: str, decl: Any, container: Any, prefix: str, probs: Problems, warn: Problems) -> Parameter | None:
+def _parameter(
+    name: str, decl: Any, container: Any, prefix: str, probs: Problems, warn: Problems
+) -> Parameter | None:
     """A parameter as MLflow reads it: ``NAME: TYPE`` or ``NAME: {type, default}``."""
     kp = key_path(prefix, name)
     if isinstance(decl, str):
         return Parameter(name, decl)
     if not isinstance(decl, Mapping):
-        probs.add(value_pos(container, name), kp, f"expected a type (string, float, path, uri, int...) or "
-                  f"{{type: TYPE, default: VALUE}}, not {type_name(decl)}; MLflow fails on it too")
+        probs.add(
+            value_pos(container, name),
+            kp,
+            f"expected a type (string, float, path, uri, int...) or "
+            f"{{type: TYPE, default: VALUE}}, not {type_name(decl)}; MLflow fails on it too",
+        )
         return None
     for key in decl:
         if key not in PARAM_KEYS:
-            warn.add(key_pos(decl, key), key_path(kp, str(key)), f"not a key MLflow reads; ignored, as MLflow does"
-                     f"{suggest(str(key), PARAM_KEYS)}")
+            warn.add(
+                key_pos(decl, key),
+                key_path(kp, str(key)),
+                f"not a key MLflow reads; ignored, as MLflow does{suggest(str(key), PARAM_KEYS)}",
+            )
     ptype = decl.get("type", "string")
     if not isinstance(ptype, str):
-        warn.add(value_pos(decl, "type"), key_path(kp, "type"), f"{type_name(ptype)}, not a type name; the value "
-                 "is passed unchanged, as MLflow does for a type other than path and uri")
+        warn.add(
+            value_pos(decl, "type"),
+            key_path(kp, "type"),
+            f"{type_name(ptype)}, not a type name; the value "
+            "is passed unchanged, as MLflow does for a type other than path and uri",
+        )
         ptype = str(ptype)
     default = decl.get("default")
     if default is None:
         return Parameter(name, ptype)
     text = str(default)
     if isinstance(default, bool):
-        warn.add(value_pos(decl, "default"), key_path(kp, "default"), f"YAML reads this default as a boolean; "
-                 f"it is passed as {text}, as MLflow does (write it in quotes to keep the text)")
+        warn.add(
+            value_pos(decl, "default"),
+            key_path(kp, "default"),
+            f"YAML reads this default as a boolean; "
+            f"it is passed as {text}, as MLflow does (write it in quotes to keep the text)",
+        )
     elif isinstance(default, (Mapping, list)):
-        warn.add(value_pos(decl, "default"), key_path(kp, "default"), f"{type_name(default)}; it is passed as "
-                 f"the text {text!r}, as MLflow does")
+        warn.add(
+            value_pos(decl, "default"),
+            key_path(kp, "default"),
+            f"{type_name(default)}; it is passed as the text {text!r}, as MLflow does",
+        )
     if ptype == "float" and not _is_number(text):
-        warn.add(value_pos(decl, "default"), key_path(kp, "default"), f"{text!r} is not a number (type float); "
-                 "passed unchanged, as MLflow does")
+        warn.add(
+            value_pos(decl, "default"),
+            key_path(kp, "default"),
+            f"{text!r} is not a number (type float); passed unchanged, as MLflow does",
+        )
     return Parameter(name, ptype, text)
 
 
@@ -341,12 +437,16 @@ def parse_param_args(args: Sequence[str]) -> dict[str, str]:
         if not sep or not name:
             raise ParameterError(f"-P {arg!r}: expected NAME=VALUE")
         if name in out:
-            raise ParameterError(f"-P {name}: given twice ({out[name]!r} and {value!r}); give it once")
+            raise ParameterError(
+                f"-P {name}: given twice ({out[name]!r} and {value!r}); give it once"
+            )
         out[name] = value
     return out
 
 
-def resolve_values(entry: EntryPoint, given: Mapping[str, str], uploaded: frozenset[str] | None = None) -> dict[str, str]:
+def resolve_values(
+    entry: EntryPoint, given: Mapping[str, str], uploaded: frozenset[str] | None = None
+) -> dict[str, str]:
     """Final text of each declared parameter (given, else default), type-checked.
 
     ``uploaded`` holds the uploaded relative paths (and parents) that a relative ``path``
@@ -356,7 +456,9 @@ def resolve_values(entry: EntryPoint, given: Mapping[str, str], uploaded: frozen
     if missing:
         raise ParameterError(
             f"entry point {entry.name!r}: no value for parameter{'s' if len(missing) > 1 else ''} "
-            + ", ".join(missing) + "; give " + " ".join(f"-P {m}=VALUE" for m in missing)
+            + ", ".join(missing)
+            + "; give "
+            + " ".join(f"-P {m}=VALUE" for m in missing)
         )
     values: dict[str, str] = {}
     errors: list[str] = []
@@ -380,17 +482,23 @@ def convert(param: Parameter, value: str, uploaded: frozenset[str] | None) -> st
     """
     if param.type == "uri":
         if not URI.match(value):
-            raise ParameterError(f"parameter {param.name}: {value!r} is not a URI; it must start with a scheme "
-                                 "such as https: or s3: (MLflow refuses it too)")
+            raise ParameterError(
+                f"parameter {param.name}: {value!r} is not a URI; it must start with a scheme "
+                "such as https: or s3: (MLflow refuses it too)"
+            )
         return value
     if param.type == "path":
         if value.startswith("/"):
             return value  # a path on the site, passed unchanged
         rel = posixpath.normpath(value)
         if rel == ".." or rel.startswith("../"):
-            raise ParameterError(f"parameter {param.name}: {value!r} is outside the project; a relative path names an uploaded project path (write an absolute path for one on the site)")
+            raise ParameterError(
+                f"parameter {param.name}: {value!r} is outside the project; a relative path names an uploaded project path (write an absolute path for one on the site)"
+            )
         if uploaded is not None and rel != "." and rel not in uploaded:
-            raise ParameterError(f"parameter {param.name}: {value!r} is not an uploaded project path (missing or excluded); a relative path names an uploaded project path (write an absolute path for one on the site)")
+            raise ParameterError(
+                f"parameter {param.name}: {value!r} is not an uploaded project path (missing or excluded); a relative path names an uploaded project path (write an absolute path for one on the site)"
+            )
         return rel
     return value
 
@@ -402,11 +510,15 @@ def value_notes(entry: EntryPoint, given: Mapping[str, str]) -> list[str]:
     for p in entry.parameters:
         value = given.get(p.name)
         if p.type == "float" and value is not None and not _is_number(value):
-            notes.append(f"parameter {p.name}: {value!r} is not a number (type float); passed unchanged, as MLflow does")
+            notes.append(
+                f"parameter {p.name}: {value!r} is not a number (type float); passed unchanged, as MLflow does"
+            )
     return notes
 
 
-def build_command(entry: EntryPoint, given: Mapping[str, str], uploaded: frozenset[str] | None = None) -> str:
+def build_command(
+    entry: EntryPoint, given: Mapping[str, str], uploaded: frozenset[str] | None = None
+) -> str:
     """The shell command of ``entry`` for the ``-P`` values ``given`` (MLflow's rules, §3.4)."""
     values = resolve_values(entry, given, uploaded)
     quoted = {k: shlex.quote(v) for k, v in values.items()}

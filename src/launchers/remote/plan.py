@@ -76,7 +76,9 @@ class RunPlan:
     exports: tuple[tuple[str, str], ...] = ()
     backend: BackendConfig | None = None
     launcher: Any = None  # the finder's launcher with -r
-    sbatch: tuple[tuple[str, str | bool], ...] = ()  # #SBATCH options (account included): firecREST, UNICORE raw
+    sbatch: tuple[
+        tuple[str, str | bool], ...
+    ] = ()  # #SBATCH options (account included): firecREST, UNICORE raw
     notes: tuple[str, ...] = ()
 
     @property
@@ -140,7 +142,9 @@ class RunPlan:
         """UNICORE's job description (§3.2): a ``raw`` job with :meth:`bss_file`."""
         if self.kind != "unicore":
             raise LaunchersError("only a UNICORE run has a job description")
-        return unicore_description(name=self.job_name, environment=self.environment, task_id=self.task.task_id)
+        return unicore_description(
+            name=self.job_name, environment=self.environment, task_id=self.task.task_id
+        )
 
     def bss_file(self) -> str:
         """UNICORE's ``BSS file``: the run's ``#SBATCH`` lines, passed to Slurm unchanged."""
@@ -154,7 +158,11 @@ class RunPlan:
         the site's work directory at submission)."""
         if isinstance(self.site, SSHSite):
             return f"JOB_DIR/{PROJECT_SUBDIR}"
-        base = self.site.workdir if isinstance(self.site, FirecrestSite) and self.site.workdir else "BASE"
+        base = (
+            self.site.workdir
+            if isinstance(self.site, FirecrestSite) and self.site.workdir
+            else "BASE"
+        )
         return f"{base}/{self.run_id}"
 
 
@@ -169,7 +177,9 @@ def _find_group(config: Any, group_id: str) -> UnicoreGroup | FirecrestGroup:
                 return g
             kinds.append(g.kind)
     if kinds:
-        raise ConfigurationError(f"--group {group_id}: a {kinds[0]} group; a Compute Backend Config needs a unicore or firecrest group")
+        raise ConfigurationError(
+            f"--group {group_id}: a {kinds[0]} group; a Compute Backend Config needs a unicore or firecrest group"
+        )
     known = [g.id for g in cfg.groups if isinstance(g, (UnicoreGroup, FirecrestGroup)) and g.id]
     where = f" in {cfg.path}" if cfg.path else ""
     raise ConfigurationError(
@@ -197,12 +207,17 @@ def plan_run(
     if (backend_config is None) == (requirement is None):
         raise LaunchersError("give exactly one of --backend-config FILE and -r REQUIREMENT")
     if group is not None and backend_config is None:
-        raise LaunchersError("--group names the site of a Compute Backend Config; use it with --backend-config")
+        raise LaunchersError(
+            "--group names the site of a Compute Backend Config; use it with --backend-config"
+        )
     project_path = Path(project_dir)
     project = load_mlproject(project_path)
     ep = project.entry_point(entry)
     given = parse_param_args(params)
-    notes = [f"MLproject: {k} is not used (the environment is the Compute Backend Config's Environment)" for k in project.unused]
+    notes = [
+        f"MLproject: {k} is not used (the environment is the Compute Backend Config's Environment)"
+        for k in project.unused
+    ]
     notes += [*project.warnings, *ep.warnings, *value_notes(ep, given)]
 
     backend: BackendConfig | None = None
@@ -222,7 +237,9 @@ def plan_run(
             gpu_option = grp.gpu_option if isinstance(grp, FirecrestGroup) else "gpus-per-node"
             sbatch = sbatch_pairs(resources, acct, gpu_option)
         elif kind == "ssh":
-            launcher = to_launcher(backend)  # Slurm over SSH: the Resources become its sbatch options
+            launcher = to_launcher(
+                backend
+            )  # Slurm over SSH: the Resources become its sbatch options
     else:
         from ..finder.search import find_launcher
 
@@ -239,14 +256,25 @@ def plan_run(
             site = grp_value.site
             acct = acct or resolve_account(None, site, env_vars)
             if grp_value.environment:
-                environment = validate_environment(grp_value.environment, None, f"{kind}.{grp_value.label}.environment", site_kind=kind)
+                environment = validate_environment(
+                    grp_value.environment,
+                    None,
+                    f"{kind}.{grp_value.label}.environment",
+                    site_kind=kind,
+                )
             resources = resources_from_options(launcher.options)
             sbatch = finder_pairs(launcher.sbatch_args(), acct)
 
     if isinstance(site, UnicoreSite) and site.gpu_resource_name != "GPUsPerNode":
-        notes.append(f"site.gpu_resource_name {site.gpu_resource_name!r} is not used: UNICORE runs get their "
-                     "GPUs from #SBATCH lines of their BSS file")
-    uploads = collect_uploads(project_path, rules) if kind in REMOTE_KINDS else collect_uploads(project_path, ExcludeRules())
+        notes.append(
+            f"site.gpu_resource_name {site.gpu_resource_name!r} is not used: UNICORE runs get their "
+            "GPUs from #SBATCH lines of their BSS file"
+        )
+    uploads = (
+        collect_uploads(project_path, rules)
+        if kind in REMOTE_KINDS
+        else collect_uploads(project_path, ExcludeRules())
+    )
     excluded = {e.relpath: e.pattern for e in uploads.excluded}
     problems = check_project_paths(environment, project_path, uploads.paths, excluded)
     if kind == "firecrest":
@@ -255,8 +283,10 @@ def plan_run(
         raise ConfigurationError(problems[0], problems=problems)
     image = _image_upload(environment, project_path, rules)
     if kind == "firecrest" and image is not None and "'" in image.relpath:
-        raise ConfigurationError(f"{image.relpath}: firecREST cannot create a file whose name contains ' (its "
-                                 "server quotes paths with ' in shell commands and fails); rename the image")
+        raise ConfigurationError(
+            f"{image.relpath}: firecREST cannot create a file whose name contains ' (its "
+            "server quotes paths with ' in shell commands and fails); rename the image"
+        )
     if image is not None and image.note:
         notes.append(f"{image.relpath}: {image.note}")
 
@@ -290,9 +320,12 @@ def plan_run(
 def firecrest_name_problems(uploads: UploadSet) -> list[str]:
     """Project paths that firecREST cannot write: it puts every path between single quotes in a
     shell command, so a ``'`` ends in a 500 halfway through the upload (docs/remote-sites.md)."""
-    return [f"{u.relpath}: firecREST cannot create a file whose path contains ' (its server quotes paths "
-            "with ' in shell commands and fails); rename it, or leave it out with Exclude"
-            for u in uploads.uploads if "'" in u.relpath]
+    return [
+        f"{u.relpath}: firecREST cannot create a file whose path contains ' (its server quotes paths "
+        "with ' in shell commands and fails); rename it, or leave it out with Exclude"
+        for u in uploads.uploads
+        if "'" in u.relpath
+    ]
 
 
 def _image_upload(env: Environment, project_dir: Path, rules: ExcludeRules) -> Upload | None:

@@ -123,7 +123,9 @@ def parse_runtime(value: Any) -> int:
     if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
         raise UnitError(f"expected a duration such as 2h or 90m, not {type_name(value)}")
     if isinstance(value, (int, float)):
-        raise UnitError(f"a duration needs a unit ({value}s, {value}m…); {value} alone is ambiguous")
+        raise UnitError(
+            f"a duration needs a unit ({value}s, {value}m…); {value} alone is ambiguous"
+        )
     if _MULTI_UNIT.match(value):
         total = 0
         for number, unit in _PART.findall(value):
@@ -158,7 +160,11 @@ def validate_resources(
     own = problems is None
     probs = problems if problems is not None else Problems(file)
     if not isinstance(located_value, Mapping):
-        probs.add(getattr(located_value, "position", None), key_prefix, f"expected a mapping, not {type_name(located_value)}")
+        probs.add(
+            getattr(located_value, "position", None),
+            key_prefix,
+            f"expected a mapping, not {type_name(located_value)}",
+        )
         if own:
             probs.raise_if_any()
         return Resources()
@@ -168,22 +174,36 @@ def validate_resources(
         kp = key_path(key_prefix, str(key))
         vpos = value_pos(v, key)
         if key not in RESOURCE_KEYS:
-            probs.add(key_pos(v, key), kp, f"unknown key{suggest(str(key), RESOURCE_KEYS)}; known keys: {', '.join(RESOURCE_KEYS)}")
+            probs.add(
+                key_pos(v, key),
+                kp,
+                f"unknown key{suggest(str(key), RESOURCE_KEYS)}; known keys: {', '.join(RESOURCE_KEYS)}",
+            )
         elif key in _STRINGS:
             if isinstance(value, str) and value.strip():
                 fields[_field(key)] = value
             elif isinstance(value, str):
                 probs.add(vpos, kp, "an empty string; remove the key or write a value")
             else:
-                probs.add(vpos, kp, f"expected a string, not {type_name(value)}"
-                          + (f"; write it in quotes: \"{value}\"" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""))
+                probs.add(
+                    vpos,
+                    kp,
+                    f"expected a string, not {type_name(value)}"
+                    + (
+                        f'; write it in quotes: "{value}"'
+                        if isinstance(value, (int, float)) and not isinstance(value, bool)
+                        else ""
+                    ),
+                )
         elif key in _INT_MIN:
             low = _INT_MIN[key]
             if isinstance(value, bool) or not isinstance(value, int):
                 hint = ""
                 if isinstance(value, str) and value.strip().isdigit():
                     hint = f"; write {value.strip()} without quotes"
-                probs.add(vpos, kp, f"expected an integer ≥ {low}, not {type_name(value)} {value!r}{hint}")
+                probs.add(
+                    vpos, kp, f"expected an integer ≥ {low}, not {type_name(value)} {value!r}{hint}"
+                )
             elif value < low:
                 probs.add(vpos, kp, f"expected an integer ≥ {low}, not {value}")
             else:
@@ -195,7 +215,11 @@ def validate_resources(
                 probs.add(vpos, kp, str(e))
         else:  # MemoryPerNode, Memory
             if key == "Memory" and "MemoryPerNode" in v:
-                probs.add(key_pos(v, key), kp, "Memory is an alias of MemoryPerNode; write only one of them")
+                probs.add(
+                    key_pos(v, key),
+                    kp,
+                    "Memory is an alias of MemoryPerNode; write only one of them",
+                )
                 continue
             try:
                 if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -207,7 +231,11 @@ def validate_resources(
             except UnitError as e:
                 probs.add(vpos, kp, str(e))
     if require_queue and "Queue" not in v:
-        probs.add(getattr(v, "position", None), key_path(key_prefix, "Queue"), "Queue (the partition) is required")
+        probs.add(
+            getattr(v, "position", None),
+            key_path(key_prefix, "Queue"),
+            "Queue (the partition) is required",
+        )
     if site_kind in _SBATCH_SITES and "TotalCPUs" in v and "CPUsPerNode" in v:
         probs.add(key_pos(v, "TotalCPUs"), key_path(key_prefix, "TotalCPUs"), _both_cpus(site_kind))
     if own:
@@ -230,7 +258,11 @@ def _field(key: str) -> str:
 
 def check_for_site(resources: Resources, site_kind: str, file: str | None) -> None:
     """Rules that depend on the site kind, for configs whose site comes from ``--group``."""
-    if site_kind in _SBATCH_SITES and resources.total_cpus is not None and resources.cpus_per_node is not None:
+    if (
+        site_kind in _SBATCH_SITES
+        and resources.total_cpus is not None
+        and resources.cpus_per_node is not None
+    ):
         raise ConfigurationError(_both_cpus(site_kind), file=file, key="Resources.TotalCPUs")
 
 
@@ -240,8 +272,10 @@ _SBATCH_SITES = {"firecrest": "firecREST"}
 
 
 def _both_cpus(site_kind: str) -> str:
-    return (f"TotalCPUs and CPUsPerNode together are refused for a {_SBATCH_SITES[site_kind]} site "
-            "(sbatch would multiply --ntasks by --cpus-per-task); keep one")
+    return (
+        f"TotalCPUs and CPUsPerNode together are refused for a {_SBATCH_SITES[site_kind]} site "
+        "(sbatch would multiply --ntasks by --cpus-per-task); keep one"
+    )
 
 
 def resources_from_options(options: Any) -> Resources:
@@ -249,6 +283,7 @@ def resources_from_options(options: Any) -> Resources:
 
     UNICORE's ``Queue`` takes one partition: the first (the best candidate's).
     """
+
     def get(name: str) -> Any:
         return getattr(options, name, None)
 

@@ -108,7 +108,12 @@ class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
         """Credentials first (before anything is recorded), then the Slurm checks. A key is
         decrypted once per value of the variables, not for every task."""
         site = _site_of(launcher)
-        seen = hash(tuple(os.environ.get(n) for n in (site.username_env, site.private_key_env, site.password_env)))
+        seen = hash(
+            tuple(
+                os.environ.get(n)
+                for n in (site.username_env, site.private_key_env, site.password_env)
+            )
+        )
         if seen not in self._credentials_checked:
             check_credentials(site)
             self._credentials_checked.add(seen)
@@ -144,7 +149,9 @@ class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
                     data, executable = await asyncio.to_thread(_read, local)
                 except OSError as e:
                     raise LaunchersError(f"cannot read {local} to upload it: {e.strerror or e}")
-                await self.connector.write_file(f"{target}/{rel}", data, mode=0o755 if executable else 0o644)
+                await self.connector.write_file(
+                    f"{target}/{rel}", data, mode=0o755 if executable else 0o644
+                )
 
         await asyncio.gather(*(one(Path(local), rel) for local, rel in uploads))
 
@@ -160,7 +167,9 @@ class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
             text = self._environment_script(launcher, spec, run_dir, spec.cwd)
         return attrs.evolve(spec, argv=("bash", "-l", "-c", text), cwd=run_dir)
 
-    def _environment_script(self, launcher: Any, spec: ScriptSpec, run_dir: str, cwd: str | None) -> str:
+    def _environment_script(
+        self, launcher: Any, spec: ScriptSpec, run_dir: str, cwd: str | None
+    ) -> str:
         """An experiment task: its argv inside the group's ``Environment``."""
         from .environment import Environment, validate_environment
         from .script import JobScriptSpec, render_job_script
@@ -168,15 +177,24 @@ class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
         group = getattr(launcher, "group", None)
         env = Environment()
         if group is not None and getattr(group, "environment", None):
-            env = validate_environment(group.environment, None, f"ssh.{group.label}.environment", site_kind="ssh")
+            env = validate_environment(
+                group.environment, None, f"ssh.{group.label}.environment", site_kind="ssh"
+            )
         command = shlex.join(spec.argv)
         if cwd:  # the task's own working directory on the site
             command = f"cd {shlex.quote(cwd)} && {command}"
         resources = getattr(launcher, "resources", None)
-        return render_job_script(JobScriptSpec(
-            environment=env, command=command, transport="ssh", run_dir=run_dir, job_name=spec.job_name,
-            cpus_per_node=getattr(resources, "cpus_per_node", None), run_id=spec.task_id,
-        ))
+        return render_job_script(
+            JobScriptSpec(
+                environment=env,
+                command=command,
+                transport="ssh",
+                run_dir=run_dir,
+                job_name=spec.job_name,
+                cpus_per_node=getattr(resources, "cpus_per_node", None),
+                run_id=spec.task_id,
+            )
+        )
 
     # -- outputs --------------------------------------------------------------------------------
 
@@ -209,4 +227,10 @@ def _site_update(site: SSHSite) -> Any:
     return StateUpdate(extra={"ssh_site": site.to_record()})
 
 
-__all__ = ["SSHSiteExecutor", "create_executor", "executor_from_record", "executor_key", "project_dir"]
+__all__ = [
+    "SSHSiteExecutor",
+    "create_executor",
+    "executor_from_record",
+    "executor_key",
+    "project_dir",
+]

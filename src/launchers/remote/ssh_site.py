@@ -85,8 +85,12 @@ def check_credentials(site: SSHSite, environ: Mapping[str, str] | None = None) -
     ssh_username(site, env)
     key = env.get(site.private_key_env)
     if key and key.strip():
-        private_key_from(key, what=site.private_key_env, passphrase=env.get(site.password_env) or None,
-                         passphrase_env=site.password_env)
+        private_key_from(
+            key,
+            what=site.private_key_env,
+            passphrase=env.get(site.password_env) or None,
+            passphrase_env=site.password_env,
+        )
 
 
 def connector_config(site: SSHSite, environ: Mapping[str, str] | None = None) -> SSHConnectorConfig:
@@ -136,8 +140,14 @@ class SSHSiteLauncher(SlurmLauncher):
         return f"ssh-site {site.address}" if site is not None else "ssh-site"
 
 
-def ssh_launcher(site: SSHSite, resources: Resources, *, environment: Mapping[str, Any] | None = None,
-                 account: str | None = None, label: str = "backend-config") -> SSHSiteLauncher:
+def ssh_launcher(
+    site: SSHSite,
+    resources: Resources,
+    *,
+    environment: Mapping[str, Any] | None = None,
+    account: str | None = None,
+    label: str = "backend-config",
+) -> SSHSiteLauncher:
     """The launcher of an SSH site with ``Resources`` as sbatch options (the firecREST mapping:
     ``--partition``, ``--time=D-HH:MM:SS``, ``--ntasks-per-node=1 --cpus-per-task=N``...)."""
     from .script import sbatch_pairs

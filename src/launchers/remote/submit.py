@@ -42,11 +42,15 @@ def plan_launcher(plan: Any) -> Any:
     if isinstance(site, UnicoreSite):
         from .unicore import UnicoreLauncher
 
-        return UnicoreLauncher(group=UnicoreGroup(id=label or "backend-config", site=site, position=position))
+        return UnicoreLauncher(
+            group=UnicoreGroup(id=label or "backend-config", site=site, position=position)
+        )
     if isinstance(site, FirecrestSite):
         from .firecrest import FirecrestLauncher
 
-        return FirecrestLauncher(group=FirecrestGroup(id=label or "backend-config", site=site, position=position))
+        return FirecrestLauncher(
+            group=FirecrestGroup(id=label or "backend-config", site=site, position=position)
+        )
     raise LaunchersError(f"the run has no site to submit to (kind {plan.kind})")
 
 
@@ -79,16 +83,25 @@ def run_project(plan: Any, *, follow: bool = True, cancel_on_interrupt: bool = F
         xp.leave()
     try:
         if previous is not None and not force:
-            print(f"launchers: run {plan.run_id} is already {previous.state.value}: following it; its record: "
-                  f"{job.directory}", file=sys.stderr)
+            print(
+                f"launchers: run {plan.run_id} is already {previous.state.value}: following it; its record: "
+                f"{job.directory}",
+                file=sys.stderr,
+            )
         elif not _wait_submitted(job):
             return 1  # refused: said why, nothing to follow
         else:
-            print(f"launchers: run {plan.run_id} submitted ({plan.kind}, job {job.native_id}); its record: "
-                  f"{job.directory}", file=sys.stderr)
+            print(
+                f"launchers: run {plan.run_id} submitted ({plan.kind}, job {job.native_id}); its record: "
+                f"{job.directory}",
+                file=sys.stderr,
+            )
         if not follow:
-            print(f"launchers: follow it with `launchers logs --follow {job.directory}`; "
-                  f"cancel it with `launchers cancel {job.directory}`", file=sys.stderr)
+            print(
+                f"launchers: follow it with `launchers logs --follow {job.directory}`; "
+                f"cancel it with `launchers cancel {job.directory}`",
+                file=sys.stderr,
+            )
             return 1 if job.state.is_final and job.state is not JobState.COMPLETED else 0
         return follow_job(job, sys.stdout.buffer, sys.stderr.buffer)
     except KeyboardInterrupt:
@@ -98,16 +111,25 @@ def run_project(plan: Any, *, follow: bool = True, cancel_on_interrupt: bool = F
             try:
                 job.wait(60)
             except TimeoutError:
-                print("launchers: the job is not final yet; check it with "
-                      f"`launchers status {job.directory}`", file=sys.stderr)
+                print(
+                    "launchers: the job is not final yet; check it with "
+                    f"`launchers status {job.directory}`",
+                    file=sys.stderr,
+                )
             return 130
         if job.native_id is None and not job.state.is_final:
-            print(f"\nlaunchers: interrupted while submitting run {plan.run_id}; the same `launchers run` "
-                  "finishes the submission, or adopts the job it reached", file=sys.stderr)
+            print(
+                f"\nlaunchers: interrupted while submitting run {plan.run_id}; the same `launchers run` "
+                "finishes the submission, or adopts the job it reached",
+                file=sys.stderr,
+            )
             return 130
-        print(f"\nlaunchers: detached; run {plan.run_id} keeps running. To follow or cancel it:\n"
-              f"  launchers logs --follow {job.directory}\n  launchers status {job.directory}\n"
-              f"  launchers cancel {job.directory}", file=sys.stderr)
+        print(
+            f"\nlaunchers: detached; run {plan.run_id} keeps running. To follow or cancel it:\n"
+            f"  launchers logs --follow {job.directory}\n  launchers status {job.directory}\n"
+            f"  launchers cancel {job.directory}",
+            file=sys.stderr,
+        )
         return 130
 
 
@@ -118,7 +140,10 @@ def _wait_submitted(job: Any) -> bool:
         time.sleep(0.1)
     if job.native_id is None and job.state.is_final:
         detail = f": {job.reason}" if job.reason else ""
-        print(f"launchers: run {job.task_id} was not submitted ({job.state.value}{detail})", file=sys.stderr)
+        print(
+            f"launchers: run {job.task_id} was not submitted ({job.state.value}{detail})",
+            file=sys.stderr,
+        )
         return False
     return True
 

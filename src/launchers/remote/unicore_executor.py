@@ -104,12 +104,22 @@ def _standalone(launcher: Any) -> bool:
 def executor_key(launcher: Launcher) -> tuple[Any, ...]:
     """One executor per site and credential set."""
     site = _site_of(launcher)
-    return ("unicore", site.url, site.auth, site.username_env, site.password_env, site.token_env,
-            site.user_preferences, _standalone(launcher))
+    return (
+        "unicore",
+        site.url,
+        site.auth,
+        site.username_env,
+        site.password_env,
+        site.token_env,
+        site.user_preferences,
+        _standalone(launcher),
+    )
 
 
 def create_executor(launcher: Launcher) -> UnicoreExecutor:
-    return UnicoreExecutor(_site_of(launcher), mantik=_standalone(launcher), key=executor_key(launcher))
+    return UnicoreExecutor(
+        _site_of(launcher), mantik=_standalone(launcher), key=executor_key(launcher)
+    )
 
 
 def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> UnicoreExecutor:
@@ -117,8 +127,22 @@ def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> Unicor
     data = record.extra.get("unicore_site")
     if not isinstance(data, Mapping) or not data.get("url"):
         raise LaunchersError(f"job {record.task_id}: its record does not name its UNICORE site")
-    site = UnicoreSite(**{k: v for k, v in data.items() if k in ("url", "auth", "username_env", "password_env",
-                                                                   "token_env", "verify_tls", "user_preferences")})
+    site = UnicoreSite(
+        **{
+            k: v
+            for k, v in data.items()
+            if k
+            in (
+                "url",
+                "auth",
+                "username_env",
+                "password_env",
+                "token_env",
+                "verify_tls",
+                "user_preferences",
+            )
+        }
+    )
     return UnicoreExecutor(site, mantik=bool(data.get("mantik")), key=("record-unicore", site.url))
 
 
@@ -182,7 +206,9 @@ class UnicoreExecutor(RemoteOutputs, Executor):
 
         env = os.environ
         if self.site.auth == "bearer":
-            token = require_env([self.site.token_env], f"UNICORE site {self.site.url}: no token", env)
+            token = require_env(
+                [self.site.token_env], f"UNICORE site {self.site.url}: no token", env
+            )
             self._secrets = [token]
             return credentials.OIDCToken(token)
         users = [self.site.username_env] + ([MANTIK_USER] if self.mantik else [])
@@ -213,8 +239,11 @@ class UnicoreExecutor(RemoteOutputs, Executor):
             if self.site.user_preferences:
                 transport.preferences = self.site.user_preferences
             try:
-                self._client = with_retries(lambda: Client(transport, self.site.url), f"UNICORE {self.site.url}",
-                                            secrets=self._secrets)
+                self._client = with_retries(
+                    lambda: Client(transport, self.site.url),
+                    f"UNICORE {self.site.url}",
+                    secrets=self._secrets,
+                )
             except AuthenticationFailedException:
                 raise AuthenticationError(
                     f"UNICORE site {self.site.url} did not accept the credentials of {self._variables()} "
@@ -224,7 +253,9 @@ class UnicoreExecutor(RemoteOutputs, Executor):
                 raise
             except Exception as e:
                 self._raise_if_refused(e)
-                raise LaunchersError(f"UNICORE site {self.site.url}: {redact(str(e), self._secrets)}") from None
+                raise LaunchersError(
+                    f"UNICORE site {self.site.url}: {redact(str(e), self._secrets)}"
+                ) from None
             return self._client
 
     def _raise_if_refused(self, error: BaseException, what: str = "") -> None:
@@ -234,7 +265,9 @@ class UnicoreExecutor(RemoteOutputs, Executor):
         code = status_of(error)
         if code in (401, 403):
             reason = "401 Unauthorized" if code == 401 else "403 Forbidden"
-            hint = "; a job of another user also answers 403" if code == 403 and "job" in what else ""
+            hint = (
+                "; a job of another user also answers 403" if code == 403 and "job" in what else ""
+            )
             raise AuthenticationError(
                 f"UNICORE site {self.site.url} refused the credentials of {self._variables()} ({reason}"
                 f"{', ' + what if what else ''}): check them{hint}"
@@ -260,9 +293,18 @@ class UnicoreExecutor(RemoteOutputs, Executor):
         atomic_write_text(job.paths.script, script)
         # tagged per run directory and attempt: a recovery never adopts an earlier attempt's job
         tag = attempt_tag(payload.run_id, job.attempt)
-        job.apply(StateUpdate(state=JobState.SUBMITTING, detail="submitting to UNICORE", job_name=name,
-                              extra={"unicore_site": self._site_record(), "run_id": payload.run_id,
-                                     "unicore_tag": tag}))
+        job.apply(
+            StateUpdate(
+                state=JobState.SUBMITTING,
+                detail="submitting to UNICORE",
+                job_name=name,
+                extra={
+                    "unicore_site": self._site_record(),
+                    "run_id": payload.run_id,
+                    "unicore_tag": tag,
+                },
+            )
+        )
         description = dict(payload.description or {})
         description["Name"] = name
         description["Tags"] = [*description.get("Tags", []), tag]
@@ -273,17 +315,32 @@ class UnicoreExecutor(RemoteOutputs, Executor):
         files += [(local, rel) for local, rel in payload.uploads]
         url = await asyncio.to_thread(self._submit_sync, description, files)
         job.runtime["unicore_url"] = url
-        job.apply(StateUpdate(state=JobState.PENDING, detail="started at the UNICORE site",
-                              native_id=url.rstrip("/").rsplit("/", 1)[-1], submitted_at=now_iso(),
-                              extra={"unicore_url": url}))
+        job.apply(
+            StateUpdate(
+                state=JobState.PENDING,
+                detail="started at the UNICORE site",
+                native_id=url.rstrip("/").rsplit("/", 1)[-1],
+                submitted_at=now_iso(),
+                extra={"unicore_url": url},
+            )
+        )
 
     def _site_record(self) -> dict[str, Any]:
         s = self.site
-        return {"url": s.url, "auth": s.auth, "username_env": s.username_env, "password_env": s.password_env,
-                "token_env": s.token_env, "verify_tls": s.verify_tls, "user_preferences": s.user_preferences,
-                "mantik": self.mantik}
+        return {
+            "url": s.url,
+            "auth": s.auth,
+            "username_env": s.username_env,
+            "password_env": s.password_env,
+            "token_env": s.token_env,
+            "verify_tls": s.verify_tls,
+            "user_preferences": s.user_preferences,
+            "mantik": self.mantik,
+        }
 
-    def _submit_sync(self, description: dict[str, Any], files: Sequence[tuple[Path | bytes, str]]) -> str:
+    def _submit_sync(
+        self, description: dict[str, Any], files: Sequence[tuple[Path | bytes, str]]
+    ) -> str:
         client = self.client()
         what = f"UNICORE {self.site.url}"
 
@@ -291,15 +348,23 @@ class UnicoreExecutor(RemoteOutputs, Executor):
             return status_of(e) in (429, 503) or (is_transient(e) and status_of(e) is None)
 
         try:
-            ujob = with_retries(lambda: client.new_job(description, autostart=False), f"{what}: submit",
-                                transient=refused_before_processing, secrets=self._secrets)
+            ujob = with_retries(
+                lambda: client.new_job(description, autostart=False),
+                f"{what}: submit",
+                transient=refused_before_processing,
+                secrets=self._secrets,
+            )
         except LaunchersError:
             raise
         except Exception as e:
             self._raise_if_refused(e, "submitting the job")
-            raise SubmissionError(f"{what} refused the job: {redact(str(e), self._secrets)}") from None
+            raise SubmissionError(
+                f"{what} refused the job: {redact(str(e), self._secrets)}"
+            ) from None
         try:
-            storage = with_retries(lambda: ujob.working_dir, f"{what}: working directory", secrets=self._secrets)
+            storage = with_retries(
+                lambda: ujob.working_dir, f"{what}: working directory", secrets=self._secrets
+            )
 
             def upload(item: tuple[Path | bytes, str]) -> None:
                 source, name = item
@@ -311,10 +376,17 @@ class UnicoreExecutor(RemoteOutputs, Executor):
                         source = source.read_bytes()
                     if isinstance(source, bytes):
                         data = source
-                        with_retries(lambda: storage.put(data, rel), f"{what}: upload {rel}", secrets=self._secrets)
+                        with_retries(
+                            lambda: storage.put(data, rel),
+                            f"{what}: upload {rel}",
+                            secrets=self._secrets,
+                        )
                     else:
-                        with_retries(lambda: storage.upload(str(source), destination=rel), f"{what}: upload {rel}",
-                                     secrets=self._secrets)
+                        with_retries(
+                            lambda: storage.upload(str(source), destination=rel),
+                            f"{what}: upload {rel}",
+                            secrets=self._secrets,
+                        )
                 except Exception as e:
                     raise _UploadFailed(name, redact(str(e), self._secrets)) from None
 
@@ -328,18 +400,28 @@ class UnicoreExecutor(RemoteOutputs, Executor):
             try:
                 ujob.delete()
             except Exception as d:
-                log.warning("could not destroy UNICORE job %s after a failed upload: %s", ujob.resource_url, d)
+                log.warning(
+                    "could not destroy UNICORE job %s after a failed upload: %s",
+                    ujob.resource_url,
+                    d,
+                )
             if isinstance(e, _UploadFailed):
-                raise SubmissionError(f"upload of {e.rel} failed: {e.message}; the UNICORE job was destroyed "
-                                      "before it started") from None
-            raise SubmissionError(f"{what}: {redact(str(e), self._secrets)}; the UNICORE job was destroyed") from None
+                raise SubmissionError(
+                    f"upload of {e.rel} failed: {e.message}; the UNICORE job was destroyed "
+                    "before it started"
+                ) from None
+            raise SubmissionError(
+                f"{what}: {redact(str(e), self._secrets)}; the UNICORE job was destroyed"
+            ) from None
         return str(ujob.resource_url)
 
     async def reconcile(self, job: Job) -> None:
         """A job found SUBMITTING after a crash: adopt the started UNICORE job tagged with its task
         id (destroying ones left READY, whose uploads may be incomplete), else submit."""
         tag = job.record.extra.get("unicore_tag")
-        run_id = str(tag) if tag else job.task_id  # a record written before attempt tags: the task's
+        run_id = (
+            str(tag) if tag else job.task_id
+        )  # a record written before attempt tags: the task's
         since = submitting_since(job.record)
         not_before = None if since is None else since - RECONCILE_CLOCK_SLACK
         found = await asyncio.to_thread(self._find_tagged, run_id, not_before)
@@ -348,14 +430,22 @@ class UnicoreExecutor(RemoteOutputs, Executor):
             return
         log.warning("%s: adopting UNICORE job %s found by its tag %s", job.task_id, found, run_id)
         job.runtime["unicore_url"] = found
-        job.apply(StateUpdate(state=JobState.PENDING, detail="adopted by tag after a restart",
-                              native_id=found.rstrip("/").rsplit("/", 1)[-1], extra={"unicore_url": found}))
+        job.apply(
+            StateUpdate(
+                state=JobState.PENDING,
+                detail="adopted by tag after a restart",
+                native_id=found.rstrip("/").rsplit("/", 1)[-1],
+                extra={"unicore_url": found},
+            )
+        )
 
     def _find_tagged(self, tag: str, not_before: float | None = None) -> str | None:
         client = self.client()
         rows: list[tuple[str, Mapping[str, Any]]] = []
         jobs = {}
-        for ujob in with_retries(lambda: client.get_jobs(tags=[tag]), "UNICORE jobs", secrets=self._secrets):
+        for ujob in with_retries(
+            lambda: client.get_jobs(tags=[tag]), "UNICORE jobs", secrets=self._secrets
+        ):
             url = str(ujob.resource_url)
             props = with_retries(lambda: self._get(url), "UNICORE job", secrets=self._secrets)  # noqa: B023
             rows.append((url, props))
@@ -380,8 +470,13 @@ class UnicoreExecutor(RemoteOutputs, Executor):
             async with sem:
                 url = self.job_url(job)
                 return await asyncio.to_thread(
-                    lambda: with_retries(lambda: self._get(url), f"UNICORE status of {job.task_id}", tries=4,
-                                         secrets=self._secrets))
+                    lambda: with_retries(
+                        lambda: self._get(url),
+                        f"UNICORE status of {job.task_id}",
+                        tries=4,
+                        secrets=self._secrets,
+                    )
+                )
 
         results = await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True)
         updates: dict[Job, StateUpdate] = {}
@@ -420,7 +515,9 @@ class UnicoreExecutor(RemoteOutputs, Executor):
                 # before the abort stays COMPLETED
                 rc = await self.fetch_rc(job)
                 if rc is None and str(props.get("batchSystemID") or "N/A") != "N/A":
-                    first = job.runtime.setdefault("unicore_abort_seen", (time.monotonic(), job.state is JobState.RUNNING))
+                    first = job.runtime.setdefault(
+                        "unicore_abort_seen", (time.monotonic(), job.state is JobState.RUNNING)
+                    )
                     if time.monotonic() - first[0] < abort_grace(first[1]):
                         return None
             await self.sync_outputs(job)
@@ -428,28 +525,61 @@ class UnicoreExecutor(RemoteOutputs, Executor):
         except Exception as e:  # outputs are retried next cycle; after 3 failures decided without
             failures = job.runtime["output_failures"] = job.runtime.get("output_failures", 0) + 1
             if failures < 3:
-                log.info("%s: cannot read its outputs yet (%s); state decided next cycle", job.task_id, e)
+                log.info(
+                    "%s: cannot read its outputs yet (%s); state decided next cycle", job.task_id, e
+                )
                 return None
-            log.warning("%s: its outputs cannot be read (%s); deciding its state without job.rc", job.task_id, e)
+            log.warning(
+                "%s: its outputs cannot be read (%s); deciding its state without job.rc",
+                job.task_id,
+                e,
+            )
             rc = None
         code_text = props.get("exitCode")
-        exit_code = int(code_text) if isinstance(code_text, (str, int)) and str(code_text).strip().lstrip("-").isdigit() else None
+        exit_code = (
+            int(code_text)
+            if isinstance(code_text, (str, int)) and str(code_text).strip().lstrip("-").isdigit()
+            else None
+        )
         if status == "SUCCESSFUL" and (rc is None or rc.success):
-            return StateUpdate(state=JobState.COMPLETED, detail="UNICORE SUCCESSFUL", slurm_state=status,
-                               exit_code=0, reason="")
+            return StateUpdate(
+                state=JobState.COMPLETED,
+                detail="UNICORE SUCCESSFUL",
+                slurm_state=status,
+                exit_code=0,
+                reason="",
+            )
         if aborted and rc is not None and rc.success:
-            return StateUpdate(state=JobState.COMPLETED, detail="completed before UNICORE's abort", slurm_state=status,
-                               exit_code=0, reason="")
+            return StateUpdate(
+                state=JobState.COMPLETED,
+                detail="completed before UNICORE's abort",
+                slurm_state=status,
+                exit_code=0,
+                reason="",
+            )
         if job.cancel_requested and (rc is None or rc.signalled):
-            return StateUpdate(state=JobState.CANCELLED, detail=f"UNICORE {status}", slurm_state=status,
-                               reason="cancelled on request", exit_code=exit_code if exit_code is not None else (rc.rc if rc else None))
+            return StateUpdate(
+                state=JobState.CANCELLED,
+                detail=f"UNICORE {status}",
+                slurm_state=status,
+                reason="cancelled on request",
+                exit_code=exit_code if exit_code is not None else (rc.rc if rc else None),
+            )
         if rc is not None and not rc.success:
             exit_code = rc.rc if exit_code is None or status == "SUCCESSFUL" else exit_code
-        reason = str(props.get("statusMessage") or "") or (f"exit code {exit_code}" if exit_code is not None else "failed")
+        reason = str(props.get("statusMessage") or "") or (
+            f"exit code {exit_code}" if exit_code is not None else "failed"
+        )
         if status == "SUCCESSFUL":
             reason = f"UNICORE reported SUCCESSFUL but job.rc says exit code {exit_code}"
-        return StateUpdate(state=JobState.FAILED, detail=f"UNICORE {status}", slurm_state=status, reason=reason,
-                           exit_code=exit_code, signal=rc.signal if rc else None)
+        return StateUpdate(
+            state=JobState.FAILED,
+            detail=f"UNICORE {status}",
+            slurm_state=status,
+            reason=reason,
+            exit_code=exit_code,
+            signal=rc.signal if rc else None,
+        )
 
     # -- files -----------------------------------------------------------------------------------
 
@@ -474,7 +604,9 @@ class UnicoreExecutor(RemoteOutputs, Executor):
             headers = {"Accept": "application/octet-stream"}
             try:
                 if offset > 0:
-                    size = int(self._get(url, headers={"Accept": "application/json"}).get("size") or 0)
+                    size = int(
+                        self._get(url, headers={"Accept": "application/json"}).get("size") or 0
+                    )
                     start, shifts[name] = read_start(offset, size, shifts.get(name, 0))
                     if start is None:
                         return b""
@@ -491,7 +623,9 @@ class UnicoreExecutor(RemoteOutputs, Executor):
                 raise
             return bytes(resp.content)
 
-        return await asyncio.to_thread(lambda: with_retries(get, f"UNICORE read {name}", tries=4, secrets=self._secrets))
+        return await asyncio.to_thread(
+            lambda: with_retries(get, f"UNICORE read {name}", tries=4, secrets=self._secrets)
+        )
 
     # -- cancel ----------------------------------------------------------------------------------
 
@@ -501,10 +635,15 @@ class UnicoreExecutor(RemoteOutputs, Executor):
             props = job.runtime.get("unicore_props")
             if isinstance(props, Mapping):
                 url = str(props.get("_links", {}).get("action:abort", {}).get("href") or url)
-            await asyncio.to_thread(lambda: with_retries(lambda: self._post(url), f"UNICORE abort {job.task_id}",
-                                                         secrets=self._secrets))
+            await asyncio.to_thread(
+                lambda: with_retries(
+                    lambda: self._post(url), f"UNICORE abort {job.task_id}", secrets=self._secrets
+                )
+            )
 
-        results = await asyncio.gather(*(one(j) for j in jobs if j.native_id), return_exceptions=True)
+        results = await asyncio.gather(
+            *(one(j) for j in jobs if j.native_id), return_exceptions=True
+        )
         for r in results:
             if isinstance(r, BaseException) and status_of(r) != 404:  # 404: gone already
                 log.error("UNICORE abort failed: %s", redact(str(r), self._secrets))
@@ -519,11 +658,15 @@ class UnicoreExecutor(RemoteOutputs, Executor):
 def gone_update(job: Job) -> StateUpdate:
     """A job whose URL answers 404 (pure): UNICORE destroyed it (its termination time passed,
     or it was deleted), its working directory with it; it will never change again."""
-    reason = ("the UNICORE job no longer exists at the site (404): it expired (termination time) or was "
-              "destroyed, with its working directory")
+    reason = (
+        "the UNICORE job no longer exists at the site (404): it expired (termination time) or was "
+        "destroyed, with its working directory"
+    )
     if job.cancel_requested:
         return StateUpdate(state=JobState.CANCELLED, detail="UNICORE job gone", reason=reason)
-    return StateUpdate(state=JobState.FAILED, detail="UNICORE job gone", slurm_state="GONE", reason=reason)
+    return StateUpdate(
+        state=JobState.FAILED, detail="UNICORE job gone", slurm_state="GONE", reason=reason
+    )
 
 
 class _UploadFailed(Exception):

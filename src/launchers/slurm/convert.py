@@ -85,7 +85,8 @@ def catch_all_partitions(nodes: Sequence[SlurmNode]) -> list[str]:
     if len(names) < 2:
         return []
     return [
-        name for name in names
+        name
+        for name in names
         if all(name in (n.partitions or ()) and len(set(n.partitions or ())) > 1 for n in placed)
     ]
 
@@ -144,7 +145,9 @@ def node_warnings(nodes: Sequence[SlurmNode], source: str = "<stdin>") -> list[s
         )
     orphans = [n for n in nodes if not n.partitions and listed]
     if orphans:
-        out.append(f"{len(orphans)} node(s) in no partition left out: {_shown([n.name for n in orphans])}")
+        out.append(
+            f"{len(orphans)} node(s) in no partition left out: {_shown([n.name for n in orphans])}"
+        )
     no_memory = [n for n in nodes if n.memory_mib is None and n.partitions]
     if no_memory:
         out.append(
@@ -166,7 +169,11 @@ def node_warnings(nodes: Sequence[SlurmNode], source: str = "<stdin>") -> list[s
             f"it) on {len(tiny)} node(s): Slurm gives jobs that ask for memory none of them: "
             f"{_shown([n.name for n in tiny])}"
         )
-    odd = [n for n in nodes if (n.cpus is not None and n.cpus <= 0) or (n.memory_mib is not None and n.memory_mib <= 0)]
+    odd = [
+        n
+        for n in nodes
+        if (n.cpus is not None and n.cpus <= 0) or (n.memory_mib is not None and n.memory_mib <= 0)
+    ]
     if odd:
         out.append(
             f"{_at(source, odd)}: node(s) whose core or memory specialization (CoreSpecCount, "
@@ -204,10 +211,14 @@ def choose_partitions(
     for name in sorted(names, key=lambda n: order.get(n, len(order))):
         info = infos.get(name)
         if info is None:
-            verdict = Usability("not in the partitions text (hidden, or not visible to the user who ran scontrol)")
+            verdict = Usability(
+                "not in the partitions text (hidden, or not visible to the user who ran scontrol)"
+            )
         else:
             verdict = partition_usability(info, access)
-        (usable if verdict.reason is None else unusable).append(PartitionChoice(name, info, verdict))
+        (usable if verdict.reason is None else unusable).append(
+            PartitionChoice(name, info, verdict)
+        )
     return usable, unusable
 
 
@@ -249,9 +260,13 @@ def build_document(
     if no_hosts:
         group["use_hosts"] = False
     if choices is None:
-        group["partitions"] = {name: _partition_entry(specs, no_hosts, None) for name, specs in partitions.items()}
+        group["partitions"] = {
+            name: _partition_entry(specs, no_hosts, None) for name, specs in partitions.items()
+        }
     else:
-        group["partitions"] = {c.name: _partition_entry(partitions[c.name], no_hosts, c) for c in choices}
+        group["partitions"] = {
+            c.name: _partition_entry(partitions[c.name], no_hosts, c) for c in choices
+        }
     return {"slurm": [group]}
 
 
@@ -343,8 +358,10 @@ def convert_nodes(
             warnings.append(f"{where}partition {c.name} {what}: {c.reason}")
         choices = usable + unusable if keep_all else usable
         if unusable:
-            head = "kept last by --all, though you may not be able to use them:" if keep_all else (
-                "left out (you may not be able to use them; --all keeps them):"
+            head = (
+                "kept last by --all, though you may not be able to use them:"
+                if keep_all
+                else ("left out (you may not be able to use them; --all keeps them):")
             )
             notes = _comment(head + "\n" + "\n".join(f"  {c.name}: {c.reason}" for c in unusable))
         if not choices:
@@ -356,7 +373,9 @@ def convert_nodes(
             )
         partitions = {c.name: partitions[c.name] for c in choices}
     n_groups = sum(len(v) for v in partitions.values())
-    flags = (" --no-hosts" if no_hosts else "") + (" --all" if keep_all and slurm_partitions is not None else "")
+    flags = (" --no-hosts" if no_hosts else "") + (
+        " --all" if keep_all and slurm_partitions is not None else ""
+    )
     header = _HEADER.format(
         flags=flags,
         parts="" if slurm_partitions is None else " and `scontrol show partitions`",
@@ -369,16 +388,20 @@ def convert_nodes(
         catch_all = catch_all_partitions(nodes)
         if catch_all:
             # listed last, so that they never come first in a --partition= list
-            partitions = {**{k: v for k, v in partitions.items() if k not in catch_all},
-                          **{k: partitions[k] for k in catch_all}}
+            partitions = {
+                **{k: v for k, v in partitions.items() if k not in catch_all},
+                **{k: partitions[k] for k in catch_all},
+            }
             names = ", ".join(catch_all)
             header += _comment(
                 f"Listed last: {names} holds every node, each of which is also in another partition:\n"
                 "an administrators' catch-all partition (often Hidden=YES or AllowGroups-restricted);\n"
                 "remove it if you cannot use it, or give --partitions to decide."
             )
-            warnings.append(f"{source}: partition {names} holds every node and every node is also in another "
-                            "partition: listed last (a catch-all partition, often hidden; --partitions decides)")
+            warnings.append(
+                f"{source}: partition {names} holds every node and every node is also in another "
+                "partition: listed last (a catch-all partition, often hidden; --partitions decides)"
+            )
     header += notes
     document = build_document(partitions, group_id, no_hosts, choices)
     text = header + dump_yaml(document)

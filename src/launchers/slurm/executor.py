@@ -107,7 +107,11 @@ def executor_key(launcher: Launcher) -> tuple[Any, ...]:
     """``("slurm", connector, cluster)``, plus the group's ``status_source`` and ``poll_max``
     when it sets them: those shape the one tracker of an executor, so groups that disagree on
     them get executors of their own (the other group settings are read per job)."""
-    key: tuple[Any, ...] = ("slurm", getattr(launcher, "connector", "local") or "local", _cluster_of(launcher))
+    key: tuple[Any, ...] = (
+        "slurm",
+        getattr(launcher, "connector", "local") or "local",
+        _cluster_of(launcher),
+    )
     group = getattr(launcher, "group", None)
     source = str(getattr(group, "status_source", "auto") or "auto").lower()
     poll_max = getattr(group, "poll_max", None)
@@ -313,7 +317,10 @@ class SlurmExecutor(Executor):
         """Choose (once) and create the remote job directory, and copy ``params.json`` there."""
         remote = job.runtime.get("remote_dir") or job.record.extra.get("remote_dir")
         if not remote:
-            base = str(getattr(getattr(self.connector, "config", None), "workdir", None) or "~/.local/share/launchers")
+            base = str(
+                getattr(getattr(self.connector, "config", None), "workdir", None)
+                or "~/.local/share/launchers"
+            )
             if base.startswith("~"):
                 base = (await self.connector.home()).rstrip("/") + base[1:]
             root = Path(job.directory).parent.parent.parent
@@ -333,11 +340,15 @@ class SlurmExecutor(Executor):
         remote = self._job_dir(job)
         for name in (STDOUT, STDERR, RC, "result.json", "result.pickle", "error.json"):
             try:
-                data = await self.connector.read_file(f"{remote}/{name}", max_bytes=64 * 1024 * 1024)
+                data = await self.connector.read_file(
+                    f"{remote}/{name}", max_bytes=64 * 1024 * 1024
+                )
             except (FileNotFoundError, OSError, ConnectorError):
                 continue
             # up to 64 MiB: always in a worker thread, however fast the disk was so far
-            await asyncio.to_thread(atomic_write_bytes, str(Path(job.directory) / name), data, sync_dir=False)
+            await asyncio.to_thread(
+                atomic_write_bytes, str(Path(job.directory) / name), data, sync_dir=False
+            )
 
     # -- script ---------------------------------------------------------------------------------
 
@@ -363,9 +374,13 @@ class SlurmExecutor(Executor):
         """The script inputs of ``job``'s current attempt."""
         task = job.task
         if task is None:
-            raise LaunchersError(f"job {job.task_id}: the task is unknown (re-submit it from its experiment)")
+            raise LaunchersError(
+                f"job {job.task_id}: the task is unknown (re-submit it from its experiment)"
+            )
         directory = self._job_dir(job)
-        python = _setting(launcher, "python", None) or (sys.executable if self.is_local else "python3")
+        python = _setting(launcher, "python", None) or (
+            sys.executable if self.is_local else "python3"
+        )
         if task.kind == "command":
             argv = tuple(task.target)
             check = None
@@ -437,7 +452,9 @@ class SlurmExecutor(Executor):
         """A cancel was asked before sbatch ran: record CANCELLED (nothing was submitted)."""
         if not job.cancel_requested:
             return False
-        job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancel", reason="cancelled on request"))
+        job.apply(
+            StateUpdate(state=JobState.CANCELLED, detail="cancel", reason="cancelled on request")
+        )
         return True
 
     async def _submit(self, job: Job) -> None:
@@ -453,22 +470,34 @@ class SlurmExecutor(Executor):
                 text = render_script(spec)
                 if not self.is_local:
                     local_copy = str(Path(job.directory) / "job.sh")
-                    await blocking(atomic_write_bytes, local_copy, text.encode(), mode=0o755, sync_dir=False)
+                    await blocking(
+                        atomic_write_bytes, local_copy, text.encode(), mode=0o755, sync_dir=False
+                    )
                 directory = self._job_dir(job)
                 if self.is_local:
                     # no fsync here: the SUBMITTING record written next fsyncs job.sh, params.json
                     # and the directory together, before sbatch runs
                     script = f"{directory}/job.sh"
-                    await blocking(atomic_write_bytes, script, text.encode("utf-8"), mode=0o755, sync=False)
+                    await blocking(
+                        atomic_write_bytes, script, text.encode("utf-8"), mode=0o755, sync=False
+                    )
                     job.defer_sync(Path(script))
                 else:
-                    await self._write(f"{directory}/job.sh", text.encode("utf-8"), mode=0o755, sync_dir=False)
+                    await self._write(
+                        f"{directory}/job.sh", text.encode("utf-8"), mode=0o755, sync_dir=False
+                    )
                 break
             except ConnectorError as e:
                 if self._cancelled_before_sbatch(job):
                     return
                 if time.monotonic() + delay > deadline:
-                    job.apply(StateUpdate(state=JobState.FAILED, detail="staging", reason=f"could not stage the job: {e}"))
+                    job.apply(
+                        StateUpdate(
+                            state=JobState.FAILED,
+                            detail="staging",
+                            reason=f"could not stage the job: {e}",
+                        )
+                    )
                     log.error("%s: could not stage the job: %s", job.task_id, e)
                     return
                 log.warning("%s: staging failed (%s); retrying in %.0f s", job.task_id, e, delay)
@@ -481,7 +510,9 @@ class SlurmExecutor(Executor):
                                       extra=extra))  # fmt: skip
         await self._submit_loop(job, spec.job_name, directory)
 
-    async def _write(self, path: str, data: bytes, *, mode: int | None = None, sync_dir: bool = True) -> None:
+    async def _write(
+        self, path: str, data: bytes, *, mode: int | None = None, sync_dir: bool = True
+    ) -> None:
         """Write a file on the cluster side (local: ``blocking``, inline while the disk is fast)."""
         if self.is_local:
             await blocking(atomic_write_bytes, path, data, mode=mode, sync_dir=sync_dir)
@@ -501,8 +532,12 @@ class SlurmExecutor(Executor):
                 return
             try:
                 async with self._semaphore():
-                    res = await self._run(self._sbatch_argv("job.sh"), timeout=SBATCH_TIMEOUT, cwd=directory,
-                                          clean_env=True)
+                    res = await self._run(
+                        self._sbatch_argv("job.sh"),
+                        timeout=SBATCH_TIMEOUT,
+                        cwd=directory,
+                        clean_env=True,
+                    )
                 if os.environ.get(KILL_AFTER_SBATCH_ENV) and res.returncode == 0:
                     os.kill(os.getpid(), signal_module.SIGKILL)
                 if res.returncode == 0:
@@ -522,7 +557,9 @@ class SlurmExecutor(Executor):
                 return
             if kind == P.REJECTED:
                 log.error("%s: sbatch refused the job: %s", job.task_id, message)
-                job.apply(StateUpdate(state=JobState.FAILED, detail="sbatch refused", reason=message))
+                job.apply(
+                    StateUpdate(state=JobState.FAILED, detail="sbatch refused", reason=message)
+                )
                 return
             # transient: the submission may have been accepted; look for it by name first
             last_error = message
@@ -530,7 +567,9 @@ class SlurmExecutor(Executor):
                 if await self._adopt_by_name(job, name):
                     return
             if time.monotonic() + delay > deadline:
-                log.error("%s: sbatch kept failing for %.0f s: %s", job.task_id, RETRY_TOTAL, last_error)
+                log.error(
+                    "%s: sbatch kept failing for %.0f s: %s", job.task_id, RETRY_TOTAL, last_error
+                )
                 job.apply(StateUpdate(state=JobState.FAILED, detail="sbatch", reason=last_error))
                 return
             log.warning("%s: sbatch failed (%s); retrying in %.0f s", job.task_id, message, delay)
@@ -552,14 +591,18 @@ class SlurmExecutor(Executor):
                 cluster=cluster or self.cluster,
                 submitted_at=now_iso(),
                 reason="",
-            )
+            ),
         )
         self.tracker.wake()
         if job.native_id != native_id:
             # the record refused the id (final already, e.g. cancelled elsewhere): never leave
             # a job running that nothing follows
-            log.warning("%s: job %s was submitted after the task ended (%s); cancelling it",
-                        job.task_id, native_id, job.state.value)
+            log.warning(
+                "%s: job %s was submitted after the task ended (%s); cancelling it",
+                job.task_id,
+                native_id,
+                job.state.value,
+            )
             with contextlib.suppress(LaunchersError, OSError):
                 await self._cancel_ids([native_id])
             return
@@ -569,7 +612,11 @@ class SlurmExecutor(Executor):
     async def _hold_for_limit(self, job: Job, message: str) -> None:
         self._held[id(job)] = job
         job.apply(
-            StateUpdate(state=JobState.WAITING, detail="submit limit", reason=f"waiting: submit limit reached ({message})")
+            StateUpdate(
+                state=JobState.WAITING,
+                detail="submit limit",
+                reason=f"waiting: submit limit reached ({message})",
+            )
         )
         try:
             event = self._slot_event()
@@ -588,7 +635,9 @@ class SlurmExecutor(Executor):
         ids, _ = await self._named(name, since, None)
         return ids
 
-    async def _named(self, name: str, since: float | None, workdir: str | None) -> tuple[list[str], set[str]]:
+    async def _named(
+        self, name: str, since: float | None, workdir: str | None
+    ) -> tuple[list[str], set[str]]:
         """``find_by_name``, and which of the ids Slurm says run in another directory than
         ``workdir``: the same task submitted at the same time from another experiment."""
         user, _ = await self.user()
@@ -596,7 +645,11 @@ class SlurmExecutor(Executor):
         others: set[str] = set()
 
         def elsewhere(jid: str, where: str) -> None:
-            if workdir is not None and where.strip() and where.strip().rstrip("/") != workdir.rstrip("/"):
+            if (
+                workdir is not None
+                and where.strip()
+                and where.strip().rstrip("/") != workdir.rstrip("/")
+            ):
                 others.add(jid)
 
         res = await self._run(
@@ -667,7 +720,9 @@ class SlurmExecutor(Executor):
         if not ids:
             return False
         try:
-            index = (await self.connector.read_file(f"{arr['dir']}/index")).decode("utf-8", errors="replace")
+            index = (await self.connector.read_file(f"{arr['dir']}/index")).decode(
+                "utf-8", errors="replace"
+            )
         except (FileNotFoundError, OSError):
             return False
         lines = index.splitlines()
@@ -743,7 +798,11 @@ class SlurmExecutor(Executor):
         rec = job.record
         while rec.attempt < attempt:
             # the attempt ended when Slurm requeued it: say so, not the RUNNING it was last seen in
-            summary = {**rec.archived("requeued by Slurm"), "state": "REQUEUED", "ended_at": rec.ended_at or now_iso()}
+            summary = {
+                **rec.archived("requeued by Slurm"),
+                "state": "REQUEUED",
+                "ended_at": rec.ended_at or now_iso(),
+            }
             rec = attrs.evolve(
                 rec, attempt=rec.attempt + 1, attempts=(*rec.attempts, summary), ended_at=None
             ).transition(detail=f"attempt {rec.attempt + 1} (requeued by Slurm)")
@@ -774,7 +833,9 @@ class SlurmExecutor(Executor):
         rcs = {job: await self._read_rc(self._job_dir(job)) for job in jobs}
         return await self._poll_with(jobs, rcs)
 
-    async def _poll_with(self, jobs: Sequence[Job], rcs: Mapping[Job, RcRecord | None]) -> dict[Job, StateUpdate]:
+    async def _poll_with(
+        self, jobs: Sequence[Job], rcs: Mapping[Job, RcRecord | None]
+    ) -> dict[Job, StateUpdate]:
         out: dict[Job, StateUpdate] = {}
         rest: list[Job] = []
         for job in jobs:
@@ -810,7 +871,11 @@ class SlurmExecutor(Executor):
                 rows2 = live if live is not None else await self._squeue(missing)
                 for job in missing:
                     row = rows2.get(job.native_id or "")
-                    upd = self._from_row(job, row, rcs.get(job), now) if row else self._gone(job, rcs.get(job), now)
+                    upd = (
+                        self._from_row(job, row, rcs.get(job), now)
+                        if row
+                        else self._gone(job, rcs.get(job), now)
+                    )
                     if upd is not None:
                         out[job] = upd
         if any(u.state is not None and u.state.is_final for u in out.values()):
@@ -823,13 +888,19 @@ class SlurmExecutor(Executor):
             try:
                 return await self._sacct(jobs), "sacct"
             except _AccountingDisabled:
-                log.warning("Slurm accounting storage is disabled: following jobs with squeue and job.rc")
+                log.warning(
+                    "Slurm accounting storage is disabled: following jobs with squeue and job.rc"
+                )
                 self._accounting = False
-            except _QueryFailed as e:  # also with status_source: sacct (§5: "that cycle uses squeue")
+            except (
+                _QueryFailed
+            ) as e:  # also with status_source: sacct (§5: "that cycle uses squeue")
                 log.info("sacct failed (%s); using squeue for this cycle", e)
         return await self._squeue(jobs), "squeue"
 
-    async def _live_pending(self, jobs: Sequence[Job], rows: Mapping[str, Row]) -> dict[str, Row] | None:
+    async def _live_pending(
+        self, jobs: Sequence[Job], rows: Mapping[str, Row]
+    ) -> dict[str, Row] | None:
         """squeue's rows, read when sacct lists a job pending for ``FATAL_CONFIRM / 2`` or more
         and the last reading is that old (None otherwise: the cycle keeps its one query).
 
@@ -891,7 +962,12 @@ class SlurmExecutor(Executor):
         rows, bad = P.parse_sacct(stdout)
         out = _unreadable("sacct", bad, bool(rows))
         out.update(
-            (r.job_id, Row(r.job_id, r.state, r.reason, r.exit_code, r.exit_signal, r.start, r.end, "sacct"))
+            (
+                r.job_id,
+                Row(
+                    r.job_id, r.state, r.reason, r.exit_code, r.exit_signal, r.start, r.end, "sacct"
+                ),
+            )
             for r in rows
         )
         return out
@@ -922,7 +998,9 @@ class SlurmExecutor(Executor):
         if not status.known:
             self.warn_unknown(row.state)
             # the job keeps its state, but its exit record can still end it (§6)
-            return self._gone(job, rc, now) if rc is not None and self._rc_matches(job, rc) else None
+            return (
+                self._gone(job, rc, now) if rc is not None and self._rc_matches(job, rc) else None
+            )
         state = JobState[status.state or "PENDING"]
         rc_ok = rc is not None and self._rc_matches(job, rc)
         if rc_ok and rc is not None:
@@ -941,7 +1019,11 @@ class SlurmExecutor(Executor):
         job.runtime.pop("fatal", None)
         if not state.is_final:
             return StateUpdate(state=state, detail=row.source, reason=status.note or "", **common)
-        if state in (JobState.TIMEOUT, JobState.PREEMPTED, JobState.NODE_FAIL) and self._requeue_fallback(job, state):
+        if state in (
+            JobState.TIMEOUT,
+            JobState.PREEMPTED,
+            JobState.NODE_FAIL,
+        ) and self._requeue_fallback(job, state):
             return None
         ended = _slurm_time(row.end)
         exit_code, sig = row.exit_code, row.exit_signal or None
@@ -974,7 +1056,9 @@ class SlurmExecutor(Executor):
         """The job's own group (several groups may share this executor's connector and cluster)."""
         return getattr(job.launcher, "group", None) or self.group
 
-    def _pending(self, job: Job, status: SlurmStatus, row: Row, now: float, common: dict[str, Any]) -> StateUpdate:
+    def _pending(
+        self, job: Job, status: SlurmStatus, row: Row, now: float, common: dict[str, Any]
+    ) -> StateUpdate:
         reason = row.reason or ""
         group = self._group_of(job)
         add = getattr(group, "fatal_reasons_add", ()) or ()
@@ -1003,7 +1087,9 @@ class SlurmExecutor(Executor):
         """No scheduler record: decided by job.rc, else LOST after 3 polls spanning lost_after."""
         if rc is not None and self._rc_matches(job, rc):
             if rc.success:
-                return StateUpdate(state=JobState.COMPLETED, detail="job.rc", exit_code=0, reason="")
+                return StateUpdate(
+                    state=JobState.COMPLETED, detail="job.rc", exit_code=0, reason=""
+                )
             if job.cancel_requested and rc.signalled:
                 return StateUpdate(state=JobState.CANCELLED, detail="job.rc", exit_code=rc.rc,
                                    signal=rc.signal, reason="cancelled on request")  # fmt: skip
@@ -1028,7 +1114,9 @@ class SlurmExecutor(Executor):
         max_requeues = int(_setting(launcher, "max_requeues", DEFAULT_MAX_REQUEUES))
         if job.attempt - 1 >= max_requeues:
             return False
-        log.warning("%s: %s in Slurm; resubmitting (attempt %d)", job.task_id, state.value, job.attempt + 1)
+        log.warning(
+            "%s: %s in Slurm; resubmitting (attempt %d)", job.task_id, state.value, job.attempt + 1
+        )
         rec = job.record.transition(slurm_state=state.value, reason=state.value.lower())
         rec = attrs.evolve(rec, state=state).next_attempt(f"{state.value}: resubmitted")
         rc = Path(job.directory) / RC
@@ -1112,14 +1200,22 @@ class SlurmExecutor(Executor):
         if use_sacct and status.get("sacct") == 0:
             rows = self._sacct_rows(sacct_text)
         elif use_sacct and P.sacct_accounting_disabled(status.get("sacct", 1), sacct_text):
-            log.warning("Slurm accounting storage is disabled: following jobs with squeue and job.rc")
+            log.warning(
+                "Slurm accounting storage is disabled: following jobs with squeue and job.rc"
+            )
             self._accounting = False
         if status.get("squeue") != 0 and rows is None:
             raise ConnectorError("squeue failed: " + " ".join(sections.get("squeue", []))[:500])
-        sq = self._squeue_rows("\n".join(sections.get("squeue", []))) if status.get("squeue") == 0 else {}
+        sq = (
+            self._squeue_rows("\n".join(sections.get("squeue", [])))
+            if status.get("squeue") == 0
+            else {}
+        )
         now = time.time()
         if rows is not None:
-            rows = _with_live_reasons(rows, sq)  # slurmdbd's pending reasons go stale (see _live_pending)
+            rows = _with_live_reasons(
+                rows, sq
+            )  # slurmdbd's pending reasons go stale (see _live_pending)
         for job in rest:
             nid = job.native_id or ""
             row = rows.get(nid) if rows is not None else None
@@ -1147,10 +1243,16 @@ class SlurmExecutor(Executor):
         ids: list[str] = []
         for job in jobs:
             if id(job) in self._held or (
-                job.state is JobState.WAITING and not job.native_id and id(job) not in self._in_submit
+                job.state is JobState.WAITING
+                and not job.native_id
+                and id(job) not in self._in_submit
             ):
                 self._held.pop(id(job), None)
-                job.apply(StateUpdate(state=JobState.CANCELLED, detail="cancel", reason="cancelled on request"))
+                job.apply(
+                    StateUpdate(
+                        state=JobState.CANCELLED, detail="cancel", reason="cancelled on request"
+                    )
+                )
             elif job.native_id:
                 ids.append(job.native_id)
             # SUBMITTING: cancelled as soon as the id is known (_accepted)
@@ -1206,7 +1308,9 @@ class SlurmExecutor(Executor):
             log.error("array submission failed: %s", e, exc_info=not isinstance(e, LaunchersError))
             for job in jobs:
                 if not job.state.is_final and not job.native_id:
-                    job.apply(StateUpdate(state=JobState.FAILED, detail="array submission", reason=str(e)))
+                    job.apply(
+                        StateUpdate(state=JobState.FAILED, detail="array submission", reason=str(e))
+                    )
         finally:
             self.tracker.wake()
 
@@ -1214,7 +1318,9 @@ class SlurmExecutor(Executor):
         """``MaxArraySize`` from ``scontrol show config`` (read once per cluster)."""
         if self._max_array is None:
             res = await self._run(["scontrol", "show", "config", *self._cluster_args()])
-            value = P.parse_config_value(res.stdout, "MaxArraySize") if res.returncode == 0 else None
+            value = (
+                P.parse_config_value(res.stdout, "MaxArraySize") if res.returncode == 0 else None
+            )
             self._max_array = int(value) if value and value.isdigit() else 1001
         return self._max_array
 
@@ -1232,7 +1338,9 @@ class SlurmExecutor(Executor):
         while pending:
             allowance = await self.submit_allowance(launcher)
             if allowance is not None and allowance.jobs <= 0:
-                pending = await self._wait_for_room(pending, f"waiting: submit limit reached ({allowance.limit})")
+                pending = await self._wait_for_room(
+                    pending, f"waiting: submit limit reached ({allowance.limit})"
+                )
                 continue
             chunk = pending[: size if allowance is None else min(size, allowance.jobs)]
             outcome = await self._submit_chunk(chunk, max_parallel)
@@ -1244,11 +1352,15 @@ class SlurmExecutor(Executor):
                 continue
             pending = pending[len(chunk) :]
 
-    async def _wait_for_room(self, pending: list[Job], reason: str, shown: list[Job] | None = None) -> list[Job]:
+    async def _wait_for_room(
+        self, pending: list[Job], reason: str, shown: list[Job] | None = None
+    ) -> list[Job]:
         """Array elements held by a submit limit: ``shown`` (default all) become WAITING with
         ``reason``; wait until one of our jobs leaves the queue, or 60 s; the ones still to go."""
         for job in pending if shown is None else shown:
-            await _apply(job, StateUpdate(state=JobState.WAITING, detail="submit limit", reason=reason))
+            await _apply(
+                job, StateUpdate(state=JobState.WAITING, detail="submit limit", reason=reason)
+            )
         event = self._slot_event()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(event.wait(), SUBMIT_LIMIT_WAIT)
@@ -1280,7 +1392,9 @@ class SlurmExecutor(Executor):
                 await self._prepare_remote(job)
         specs = [self.script_spec(job, launcher) for job in jobs]
         for job, spec in zip(jobs, specs, strict=True):
-            await self._write(f"{self._job_dir(job)}/job.sh", render_script(spec).encode("utf-8"), mode=0o755)
+            await self._write(
+                f"{self._job_dir(job)}/job.sh", render_script(spec).encode("utf-8"), mode=0o755
+            )
         base = Path(self._job_dir(jobs[0])).parent.parent.parent
         key = f"{specs[0].job_name}-{specs[-1].job_name.rsplit('-', 2)[-2]}-n{len(jobs)}"
         array_dir = str(base / "arrays" / key)
@@ -1304,8 +1418,12 @@ class SlurmExecutor(Executor):
         while True:
             try:
                 async with self._semaphore():
-                    res = await self._run(self._sbatch_argv("array.sh"), timeout=SBATCH_TIMEOUT, cwd=array_dir,
-                                          clean_env=True)
+                    res = await self._run(
+                        self._sbatch_argv("array.sh"),
+                        timeout=SBATCH_TIMEOUT,
+                        cwd=array_dir,
+                        clean_env=True,
+                    )
                 if res.returncode == 0:
                     master, cluster = P.parse_sbatch_id(res.stdout, res.stderr)
                     break
@@ -1318,7 +1436,10 @@ class SlurmExecutor(Executor):
             if kind == P.REJECTED or time.monotonic() + delay > deadline:
                 log.error("array %s: sbatch refused it: %s", name, message)
                 for job in jobs:
-                    await _apply(job, StateUpdate(state=JobState.FAILED, detail="sbatch refused", reason=message))
+                    await _apply(
+                        job,
+                        StateUpdate(state=JobState.FAILED, detail="sbatch refused", reason=message),
+                    )
                 return "failed"
             with contextlib.suppress(Exception):
                 found = await self.find_by_name(name, since=array_since)
@@ -1432,11 +1553,20 @@ def _launcher_key(launcher: Launcher) -> Any:
     return launcher
 
 
-def submit_array(launcher: Launcher, tasks: Sequence[Any], *, max_parallel: int | None = None) -> list[Job]:
+def submit_array(
+    launcher: Launcher, tasks: Sequence[Any], *, max_parallel: int | None = None
+) -> list[Job]:
     """Submit ``tasks`` (in the current experiment) as job arrays; returns their jobs."""
     with array(launcher, max_parallel=max_parallel):
         jobs = [t.submit(launcher) for t in tasks]
     return jobs
 
 
-__all__ = ["SlurmExecutor", "array", "create_executor", "executor_from_record", "executor_key", "submit_array"]
+__all__ = [
+    "SlurmExecutor",
+    "array",
+    "create_executor",
+    "executor_from_record",
+    "executor_key",
+    "submit_array",
+]

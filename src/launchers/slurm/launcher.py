@@ -20,7 +20,13 @@ from .options import SlurmOptions, normalize_options, option_names, unknown_opti
 
 #: Launcher-level settings ``config()`` accepts besides the sbatch options.
 LAUNCHER_SETTINGS = (
-    "sbatch_options", "export", "env", "python", "max_requeues", "resume_signal", "resume_grace",
+    "sbatch_options",
+    "export",
+    "env",
+    "python",
+    "max_requeues",
+    "resume_signal",
+    "resume_grace",
 )
 
 
@@ -33,7 +39,9 @@ def _to_options(value: SlurmOptions | Mapping[str, Any] | None) -> SlurmOptions:
         return value
     if isinstance(value, Mapping):
         return SlurmOptions(**normalize_options(value))
-    raise ConfigurationError(f"options must be SlurmOptions or a mapping, not {type(value).__name__}")
+    raise ConfigurationError(
+        f"options must be SlurmOptions or a mapping, not {type(value).__name__}"
+    )
 
 
 def _pairs(value: Any) -> tuple[tuple[str, Any], ...]:
@@ -118,13 +126,19 @@ class SlurmLikeLauncher(Launcher):
                 changes["sbatch_options"] = tuple(extras.items())
             elif name == "export":
                 if value is not None and str(value).upper() not in ("ALL", "NONE"):
-                    raise ConfigurationError(f"export must be ALL or NONE, not {value!r}", key="export")
+                    raise ConfigurationError(
+                        f"export must be ALL or NONE, not {value!r}", key="export"
+                    )
                 changes["export"] = None if value is None else str(value).upper()
             elif name in ("env", "python"):
                 changes[name] = value
             elif name in ("max_requeues", "resume_grace"):
-                if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                    raise ConfigurationError(f"{name} must be a whole number >= 0, not {value!r}", key=name)
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int) or value < 0
+                ):
+                    raise ConfigurationError(
+                        f"{name} must be a whole number >= 0, not {value!r}", key=name
+                    )
                 changes[name] = value
             elif name == "resume_signal":
                 changes[name] = None if value is None else str(value).upper().removeprefix("SIG")

@@ -81,10 +81,19 @@ def parse_allowance(
     found: list[Allowance] = []
     if assoc_limit is not None:
         used = sum(1 for f in queued if f[0] == acct)
-        found.append(Allowance(assoc_limit - used, f"MaxSubmitJobs={assoc_limit} of account {acct}, {used} queued"))
+        found.append(
+            Allowance(
+                assoc_limit - used, f"MaxSubmitJobs={assoc_limit} of account {acct}, {used} queued"
+            )
+        )
     if qos_limit is not None:
         used = sum(1 for f in queued if len(f) > 1 and f[1] == qos_name)
-        found.append(Allowance(qos_limit - used, f"MaxSubmitJobsPerUser={qos_limit} of QoS {qos_name}, {used} queued"))
+        found.append(
+            Allowance(
+                qos_limit - used,
+                f"MaxSubmitJobsPerUser={qos_limit} of QoS {qos_name}, {used} queued",
+            )
+        )
     return min(found, key=lambda a: a.jobs) if found else None
 
 

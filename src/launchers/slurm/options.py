@@ -60,7 +60,9 @@ def option_names() -> tuple[str, ...]:
     return tuple(f.name for f in attrs.fields(SlurmOptions))
 
 
-def unknown_option_error(name: str, known: tuple[str, ...], what: str = "option") -> ConfigurationError:
+def unknown_option_error(
+    name: str, known: tuple[str, ...], what: str = "option"
+) -> ConfigurationError:
     """A ``ConfigurationError`` for an unknown name, with a "did you mean" when one is close."""
     close = difflib.get_close_matches(name.replace("-", "_"), known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"

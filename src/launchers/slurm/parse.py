@@ -272,7 +272,11 @@ def parse_config_value(stdout: str, key: str) -> str | None:
 def scancel_harmless(stderr: str) -> bool:
     """Whether every complaint of scancel is about jobs that already ended."""
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
-    harmless = ("already completing or completed", "invalid job id specified", "job has already finished")
+    harmless = (
+        "already completing or completed",
+        "invalid job id specified",
+        "job has already finished",
+    )
     return all(any(h in ln.lower() for h in harmless) for ln in lines)
 
 

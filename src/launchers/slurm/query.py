@@ -63,7 +63,9 @@ def _where(group: SlurmGroup) -> str:
     return f"{loc}slurm group {group.label}"
 
 
-def _fail(group: SlurmGroup, shown: str, returncode: int, stderr: str, stdout: str) -> ConfigurationError:
+def _fail(
+    group: SlurmGroup, shown: str, returncode: int, stderr: str, stdout: str
+) -> ConfigurationError:
     message = (stderr.strip() or stdout.strip() or "no message").splitlines()
     return ConfigurationError(
         f"{_where(group)}: `{shown}` failed (exit {returncode}): " + " / ".join(message[:5])
@@ -112,10 +114,14 @@ def _run_remote(group: SlurmGroup, command: list[str], shown: str) -> str:
         connector = get_connector(group.connector, load_config(file) if file else None)
         result = run_sync(connector.run(command, timeout=SCONTROL_TIMEOUT))
     except LaunchersError as e:
-        raise ConfigurationError(f"{_where(group)}: `{shown}` over {group.connector!r}: {e}") from None
+        raise ConfigurationError(
+            f"{_where(group)}: `{shown}` over {group.connector!r}: {e}"
+        ) from None
     if result.returncode == 127:
         program = os.path.basename(command[0])
-        where = f" in {group.path}" if group.path and program == "scontrol" else " on the remote PATH"
+        where = (
+            f" in {group.path}" if group.path and program == "scontrol" else " on the remote PATH"
+        )
         raise ConfigurationError(
             f"{_where(group)}: query_slurm needs {program}, which is not found{where} "
             f"(connector {group.connector!r})"
@@ -178,7 +184,9 @@ def build_partitions(
     left out). Each is logged once per refresh, with the reason."""
     access = access or Access()
     from_file = {p.name: p for p in group.partitions}
-    usable, unusable = choose_partitions([sp.name for sp in slurm_partitions], slurm_partitions, access)
+    usable, unusable = choose_partitions(
+        [sp.name for sp in slurm_partitions], slurm_partitions, access
+    )
     out: list[Partition] = []
     later: list[Partition] = []
     for choice in [*usable, *unusable]:
@@ -188,11 +196,18 @@ def build_partitions(
         target = out
         if choice.reason is not None:
             if mine is None:
-                log.info("%s: partition %s left out: %s (name it in the file to use it)", _where(group), sp.name, choice.reason)
+                log.info(
+                    "%s: partition %s left out: %s (name it in the file to use it)",
+                    _where(group),
+                    sp.name,
+                    choice.reason,
+                )
                 continue
             target = later
             if mine.accounts and (sp.allow_accounts or sp.deny_accounts):
-                admitted = partition_usability(sp, attrs.evolve(access, accounts=mine.accounts)).accounts
+                admitted = partition_usability(
+                    sp, attrs.evolve(access, accounts=mine.accounts)
+                ).accounts
                 if not admitted:
                     log.warning(
                         "%s: partition %s left out: the file's accounts (%s) are not admitted by Slurm (%s)",
@@ -217,9 +232,7 @@ def build_partitions(
             merged, max_duration=_min(sp.max_time, mine.configuration.max_duration)
         )
         target.append(
-            attrs.evolve(
-                mine, nodes=nodes, configuration=merged, disabled=mine.disabled or not_up
-            )
+            attrs.evolve(mine, nodes=nodes, configuration=merged, disabled=mine.disabled or not_up)
         )
     known = {sp.name for sp in slurm_partitions}
     missing = [name for name in from_file if name not in known]
@@ -232,7 +245,9 @@ def build_partitions(
     return tuple(out + later)
 
 
-def local_access(groups: Sequence[str] | None = None, accounts: Sequence[str] | None = None) -> Access:
+def local_access(
+    groups: Sequence[str] | None = None, accounts: Sequence[str] | None = None
+) -> Access:
     """The user of this process: its Unix groups (or ``groups``), root or not, ``accounts``."""
     if groups is None:
         names = set()
@@ -241,7 +256,9 @@ def local_access(groups: Sequence[str] | None = None, accounts: Sequence[str] | 
                 names.add(grp.getgrgid(gid).gr_name)
             except KeyError:
                 names.add(str(gid))
-        return Access(frozenset(names), None if accounts is None else tuple(accounts), os.geteuid() == 0)
+        return Access(
+            frozenset(names), None if accounts is None else tuple(accounts), os.geteuid() == 0
+        )
     return Access(frozenset(groups), None if accounts is None else tuple(accounts), False)
 
 

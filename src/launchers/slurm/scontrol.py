@@ -42,7 +42,9 @@ NODE_FREE_TEXT: dict[str, tuple[str, ...]] = {
 # Reason's continuation lines: scontrol indents them by its 3 spaces plus 7 (under the value).
 _CONTINUATION_INDENT = " " * 10
 _CLUSTER_HEADER = re.compile(r"^CLUSTER:\s*(\S+)\s*$")
-_CLUSTER_ANY = re.compile(r"^[ \t]*(?:CLUSTER:[ \t]*(\S+)|ClusterName[ \t]*=[ \t]*(\S+))", re.MULTILINE)
+_CLUSTER_ANY = re.compile(
+    r"^[ \t]*(?:CLUSTER:[ \t]*(\S+)|ClusterName[ \t]*=[ \t]*(\S+))", re.MULTILINE
+)
 _CONFIG_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9_()/.-]*)\s*=\s?(.*)$")
 _COUNT = re.compile(r"^(\d+)([KMGT]?)$", re.IGNORECASE)
 _COUNT_SUFFIX = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -137,7 +139,9 @@ class SlurmPartition:
 #: refusals: it matched only ``NodeName=``, ``AvailableFeatures=`` and ``Partitions=`` lines
 #: with regular expressions, skipped every other line and never failed.
 OLDER_SKIPPED = "experimaestro 1.5.7's slurm convert skipped the lines it did not know"
-OLDER_UNREAD = "experimaestro 1.5.7's slurm convert never read {key}: it wrote no cores, memory or GPUs"
+OLDER_UNREAD = (
+    "experimaestro 1.5.7's slurm convert never read {key}: it wrote no cores, memory or GPUs"
+)
 
 
 def _error(message: str, source: str, line: int | None, older: str = "") -> ScontrolFormatError:
@@ -361,7 +365,10 @@ def _to_int(value: str | None, key: str, name: str, line: int, source: str) -> i
         return int(value)
     except ValueError:
         raise _error(
-            f"node {name}: {key}={value!r} is not an integer", source, line, OLDER_UNREAD.format(key=key)
+            f"node {name}: {key}={value!r} is not an integer",
+            source,
+            line,
+            OLDER_UNREAD.format(key=key),
         ) from None
 
 
@@ -660,11 +667,15 @@ def with_partitions(
             try:
                 names = expand_hostlist(p.nodes)
             except ValueError as e:
-                raise _error(f"partition {p.name}: Nodes={p.nodes[:60]!r}: {e}", source, p.line) from None
+                raise _error(
+                    f"partition {p.name}: Nodes={p.nodes[:60]!r}: {e}", source, p.line
+                ) from None
         for name in names:
             members.setdefault(name, []).append(p.name)
     return [
-        n if n.partitions is not None else attrs.evolve(n, partitions=tuple(members.get(n.name, ())))
+        n
+        if n.partitions is not None
+        else attrs.evolve(n, partitions=tuple(members.get(n.name, ())))
         for n in nodes
     ]
 
@@ -707,9 +718,15 @@ def partition_usability(p: SlurmPartition, access: Access) -> Usability:
             return Usability(f"AllowGroups={_few(p.allow_groups)} and your groups are unknown")
         if not access.groups & set(p.allow_groups):
             mine = _few(sorted(access.groups)) or "none"
-            return Usability(f"AllowGroups={_few(p.allow_groups)} includes none of your groups ({mine})")
+            return Usability(
+                f"AllowGroups={_few(p.allow_groups)} includes none of your groups ({mine})"
+            )
     if p.allow_accounts or p.deny_accounts:
-        listed = f"AllowAccounts={_few(p.allow_accounts)}" if p.allow_accounts else f"DenyAccounts={_few(p.deny_accounts)}"
+        listed = (
+            f"AllowAccounts={_few(p.allow_accounts)}"
+            if p.allow_accounts
+            else f"DenyAccounts={_few(p.deny_accounts)}"
+        )
         if access.accounts is None:
             return Usability(f"{listed} and your Slurm accounts are unknown")
         usable = tuple(
@@ -717,7 +734,9 @@ def partition_usability(p: SlurmPartition, access: Access) -> Usability:
             if (not p.allow_accounts or a in p.allow_accounts) and a not in p.deny_accounts
         )  # fmt: skip
         if not usable:
-            return Usability(f"{listed} admits none of your accounts ({_few(access.accounts) or 'none'})")
+            return Usability(
+                f"{listed} admits none of your accounts ({_few(access.accounts) or 'none'})"
+            )
         return Usability(None, usable)
     return Usability()
 
