@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 import yaml
 
-from ..errors import LaunchersError
+from ..errors import ExperimentFailed, LaunchersError
 from ..fsutil import atomic_write_text
 from ..jobs.state import JobState
 from ..jobs.task import command
@@ -368,7 +368,6 @@ class HpcBatchServer:
         self, *, once: bool = False, interval: float = 1.0, stop_when_idle: float | None = None
     ) -> None:
         """Run until interrupted (``once``: until the dropbox is empty and nothing runs)."""
-        from ..errors import ExperimentFailed
         from ..jobs.experiment import experiment
 
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -611,7 +611,7 @@ def rest_queue_from_locator(task_id: str, locator: Mapping[str, Any]) -> RestQue
             rel=str(locator.get("rel")),
         )
     if kind == "firecrest":
-        from ..remote.firecrest_executor import executor_from_record as firecrest_from_record
+        from ..remote.firecrest_kind import executor_from_record as firecrest_from_record
 
         ex_f = firecrest_from_record({}, record)
         return FirecrestQueue(executor=ex_f, key=str(locator.get("key")))

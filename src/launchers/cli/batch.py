@@ -4,9 +4,12 @@ compatibility mode, and a view of a queue directory (batching.md §3.2, §3.6, �
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from ..errors import ConfigurationError, LaunchersError
 
@@ -67,8 +70,6 @@ def register(subparsers: Any) -> None:
 
 def parse_vars(items: list[str]) -> dict[str, str]:
     """``NAME=VALUE`` pairs; names as template placeholders."""
-    import re
-
     out = {}
     for item in items:
         name, sep, value = item.partition("=")
@@ -102,8 +103,6 @@ def group_launcher(group_id: str, config_path: str | None, requirements: str | N
     options: dict[str, Any] = {}
     batch = getattr(group, "batch", None)
     if batch is not None:
-        import attrs
-
         options = {k: v for k, v in attrs.asdict(batch).items() if v is not None}
     return launcher if isinstance(launcher, BatchLauncher) else launcher.batched(**options)
 

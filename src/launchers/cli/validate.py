@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,6 @@ def mlproject_of(path: Path) -> Path | None:
 
 def _validate_mlproject(path: Path) -> int:
     """Every entry point of an MLproject: problems are errors (exit 2), warnings go to stderr."""
-    import sys
-
     from launchers.remote.mlproject import load_mlproject
 
     project = load_mlproject(path.parent)

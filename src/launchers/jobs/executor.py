@@ -73,7 +73,7 @@ EXECUTOR_MODULES: dict[str, str] = {
     "local": "launchers.local.executor",
     "slurm": "launchers.slurm.executor",
     "unicore": "launchers.remote.unicore_executor",
-    "firecrest": "launchers.remote.firecrest_executor",
+    "firecrest": "launchers.remote.firecrest_kind",
     "ssh": "launchers.remote.ssh_executor",
     "batch": "launchers.batch.executor",
 }
@@ -298,8 +298,6 @@ def executor_for_record(record: StateRecord) -> Executor:
             f"job {record.task_id}: module {module_name} is missing ({e})"
         ) from None
     factory = getattr(module, "executor_from_record", None)
-    if factory is None and kind == "slurm":
-        factory = _slurm_from_record
     if factory is None:
         raise LaunchersError(
             f"job {record.task_id}: launchers of kind {kind!r} cannot be driven from a record"
@@ -314,19 +312,6 @@ def executor_for_record(record: StateRecord) -> Executor:
             executor = factory(info, record)
             _executors[key] = executor
         return executor
-
-
-def _slurm_from_record(info: Mapping[str, Any], record: StateRecord) -> Executor:
-    """A Slurm executor rebuilt from a record (group id, connector, configuration file)."""
-    from ..config.model import Position, SlurmGroup
-    from ..slurm.launcher import SlurmLauncher
-
-    group = SlurmGroup(
-        id=info.get("group"),
-        connector=str(info.get("connector") or "local"),
-        position=Position(file=info.get("config")),
-    )
-    return executor_for(SlurmLauncher(group=group))
 
 
 def all_executors() -> list[Executor]:

@@ -29,6 +29,7 @@ from .record import (
     StateRecord,
     archive_attempt,
     job_directory,
+    now_iso,
     read_record,
     write_record,
 )
@@ -163,12 +164,8 @@ class Job:
                 and rec.started_at is None
                 and "started_at" not in changes
             ):
-                from .record import now_iso
-
                 changes["started_at"] = now_iso()
             if new_state is not None and new_state.is_final and changes.get("ended_at") is None:
-                from .record import now_iso
-
                 changes["ended_at"] = now_iso()
             same = all(getattr(rec, k) == v for k, v in changes.items() if k != "extra")
             if update.extra:

@@ -16,7 +16,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, overload
 
 import attrs
@@ -77,8 +77,6 @@ def encode_value(value: Any, where: str) -> Any:
 
 def decode_value(value: Any) -> Any:
     """The inverse of ``encode_value`` (``{"$path": p}`` -> ``pathlib.Path(p)``)."""
-    from pathlib import Path
-
     if isinstance(value, list):
         return [decode_value(v) for v in value]
     if isinstance(value, dict):

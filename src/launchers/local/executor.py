@@ -12,6 +12,7 @@ processes (``launchers.jobs.tokens``). Cancel: SIGTERM to the process group, SIG
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import signal
@@ -27,7 +28,7 @@ from ..fsutil import atomic_write_bytes, atomic_write_text
 from ..jobs.executor import Executor, StateUpdate, update_from_rc
 from ..jobs.loop import background
 from ..jobs.proc import ProcessId
-from ..jobs.record import RcRecord, now_iso, read_rc
+from ..jobs.record import RcRecord, now_iso, parse_rc, read_rc
 from ..jobs.state import JobState
 from ..jobs.task import KIND_COMMAND
 from ..jobs.tokens import acquire_and_start, check_requests, holder_path, load_totals, release
@@ -534,8 +535,6 @@ class RemoteDirectExecutor(DirectExecutor):
 
     async def remote_dir(self, job: Job) -> str:
         """``<connector workdir>/<hash of the local workdir>/jobs/<name>/<digest>``."""
-        import hashlib
-
         known = job.record.extra.get("remote_dir")
         if isinstance(known, str) and known:
             return known
@@ -607,8 +606,6 @@ class RemoteDirectExecutor(DirectExecutor):
 
     async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
         """One remote command for every job: ``job.rc``, else the process, else LOST."""
-        from ..jobs.record import parse_rc
-
         argv = ["sh", "-c", _REMOTE_POLL, "sh"]
         lines: list[str] = []
         known: list[tuple[Job, ProcessId]] = []

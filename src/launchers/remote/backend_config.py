@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Union
 
 import attrs
+import yaml
 
 from ..config.located import load_located
 from ..config.model import FirecrestGroup, FirecrestSite, Position, UnicoreGroup, UnicoreSite
@@ -159,8 +160,6 @@ def _load_with_key_paths(text: str, file: str) -> Any:
 
 def _key_path_at(text: str, line: int, column: int) -> str | None:
     """The ``KEY.PATH`` of the mapping key written at ``line``:``column`` (1-based), if any."""
-    import yaml
-
     try:
         root = yaml.compose(text)
     except yaml.YAMLError:

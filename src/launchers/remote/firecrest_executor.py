@@ -51,7 +51,6 @@ from .outputs import RemoteOutputs
 
 if TYPE_CHECKING:
     from ..jobs.job import Job
-    from ..jobs.record import StateRecord
     from ..jobs.task import Task
     from ..launcher import Launcher
 
@@ -102,72 +101,6 @@ _TOO_BIG = object()
 
 class SubmitTimedOut(LaunchersError):
     """The submit timed out (408, or no answer): the job may exist all the same."""
-
-
-def _site_of(launcher: Any) -> FirecrestSite:
-    site = getattr(getattr(launcher, "group", None), "site", None)
-    if not isinstance(site, FirecrestSite):
-        raise LaunchersError(f"launcher {launcher!r} has no firecREST site")
-    return site
-
-
-def _standalone(launcher: Any) -> bool:
-    group = getattr(launcher, "group", None)
-    return getattr(getattr(group, "position", None), "line", None) is None
-
-
-def executor_key(launcher: Launcher) -> tuple[Any, ...]:
-    """One executor per (API, machine, credentials)."""
-    s = _site_of(launcher)
-    return (
-        "firecrest",
-        s.api_url,
-        s.machine,
-        s.token_url,
-        s.client_id_env,
-        s.client_secret_env,
-        s.workdir,
-        s.api_version,
-        _standalone(launcher),
-    )
-
-
-def create_executor(launcher: Launcher) -> FirecrestExecutor:
-    site = _site_of(launcher)
-    if site.api_version == 1:
-        from .firecrest_v1 import FirecrestV1Executor
-
-        return FirecrestV1Executor(site, mantik=_standalone(launcher), key=executor_key(launcher))
-    if site.api_version != 2:
-        raise LaunchersError(
-            f"firecREST site {site.api_url}: api_version {site.api_version} is not supported "
-            "(write 2, the default, or 1)"
-        )
-    return FirecrestExecutor(site, mantik=_standalone(launcher), key=executor_key(launcher))
-
-
-def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> FirecrestExecutor:
-    """For ``launchers cancel`` on a job known only from its record."""
-    data = record.extra.get("firecrest_site")
-    if not isinstance(data, Mapping) or not data.get("api_url"):
-        raise LaunchersError(f"job {record.task_id}: its record does not name its firecREST site")
-    fields = (
-        "api_url",
-        "token_url",
-        "machine",
-        "client_id_env",
-        "client_secret_env",
-        "workdir",
-        "verify_tls",
-        "api_version",
-    )
-    site = FirecrestSite(**{k: v for k, v in data.items() if k in fields})
-    key = ("record-firecrest", site.api_url, site.machine, site.api_version)
-    if site.api_version == 1:
-        from .firecrest_v1 import FirecrestV1Executor
-
-        return FirecrestV1Executor(site, mantik=bool(data.get("mantik")), key=key)
-    return FirecrestExecutor(site, mantik=bool(data.get("mantik")), key=key)
 
 
 def error_message(error: BaseException) -> str:
@@ -1156,4 +1089,4 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         self.tracker.wake(poll_now=True)
 
 
-__all__ = ["FirecrestExecutor", "create_executor", "executor_from_record", "executor_key"]
+__all__ = ["FirecrestExecutor"]

@@ -32,7 +32,7 @@ from ..connectors.local import LocalConnector
 from ..errors import ConnectorError, LaunchersError, ScriptError, SubmissionError
 from ..fsutil import atomic_write_bytes
 from ..jobs.executor import Executor, StateUpdate
-from ..jobs.loop import background, blocking
+from ..jobs.loop import background, blocking, call_soon
 from ..jobs.record import RC, STDERR, STDOUT, iso_epoch, now_iso, parse_rc, submitting_since
 from ..jobs.state import JobState
 from ..units import parse_slurm_time, slurm_time
@@ -1292,8 +1292,6 @@ class SlurmExecutor(Executor):
 
     def enqueue_array(self, jobs: Sequence[Job], max_parallel: int | None) -> None:
         """Thread-safe: submit ``jobs`` as array chunks on the loop."""
-        from ..jobs.loop import call_soon
-
         call_soon(self._start_array, list(jobs), max_parallel)
 
     def _start_array(self, jobs: list[Job], max_parallel: int | None) -> None:

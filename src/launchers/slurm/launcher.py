@@ -17,6 +17,7 @@ from ..errors import ConfigurationError
 from ..language.values import HostRequirement
 from ..launcher import Launcher
 from .options import SlurmOptions, normalize_options, option_names, unknown_option_error
+from .sbatch_options import check_sbatch_options
 
 #: Launcher-level settings ``config()`` accepts besides the sbatch options.
 LAUNCHER_SETTINGS = (
@@ -117,7 +118,7 @@ class SlurmLikeLauncher(Launcher):
                 option_changes[name] = value
             elif name == "sbatch_options":
                 extras: dict[str, Any] = dict(self.sbatch_options)
-                for key, val in _check_extras(_pairs(value)):
+                for key, val in check_sbatch_options(_pairs(value), where="sbatch_options"):
                     field = key.replace("-", "_")
                     if field in known:
                         option_changes[field] = val
@@ -147,14 +148,6 @@ class SlurmLikeLauncher(Launcher):
         if option_changes:
             changes["options"] = self.options.replace(**option_changes)
         return attrs.evolve(self, **changes)
-
-
-def _check_extras(pairs: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, str | bool], ...]:
-    try:
-        from .sbatch_options import check_sbatch_options
-    except ImportError:  # pragma: no cover - written by the runtime helper
-        return tuple((k, v if isinstance(v, bool) else str(v)) for k, v in pairs)
-    return check_sbatch_options(pairs, where="sbatch_options")
 
 
 @attrs.frozen(kw_only=True)

@@ -28,7 +28,7 @@ from ..config.model import (
     ResourceConfig,
     SlurmGroup,
 )
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, LaunchersError
 from ..units import MIB
 from .convert import NodeGroupSpec, choose_partitions, group_nodes, node_warnings
 from .scontrol import (
@@ -102,7 +102,6 @@ def _run_remote(group: SlurmGroup, command: list[str], shown: str) -> str:
     """Run scontrol (or ``id``) through the group's SSH connector (declared in the group's own file)."""
     from ..config.loader import load_config
     from ..connectors.registry import get_connector
-    from ..errors import LaunchersError
     from ..jobs.loop import in_loop_thread, run_sync
 
     if in_loop_thread():
