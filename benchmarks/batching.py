@@ -87,7 +87,7 @@ def inner_launcher() -> Any:
 
 
 def fresh_executors() -> None:
-    from launchers.jobs import executor as jx
+    from launchers import registry as jx
 
     for key in [k for k in jx._executors if isinstance(k, tuple) and k and k[0] == "slurm"]:
         del jx._executors[key]

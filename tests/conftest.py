@@ -142,7 +142,7 @@ class Leftovers:
     def end_pilots(self, timeout: float) -> list[Any]:
         """Wait for the pilots to end (their runners linger briefly), waking their trackers so the
         final state is seen while the site still answers; cancel the others. Returns those."""
-        from launchers.jobs.loop import call_soon
+        from launchers.runtime.loop import call_soon
 
         deadline = time.monotonic() + timeout
         while True:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from launchers import JobState, SlurmLauncher, command, experiment
+from launchers import registry as jobs_executor
 from launchers.batch import queue as Q
 from launchers.batch.executor import BatchExecutor
 from launchers.config.model import SlurmGroup
-from launchers.jobs import executor as jobs_executor
 
 TESTS = Path(__file__).parent
 SRC = TESTS.parent / "src"

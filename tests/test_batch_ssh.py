@@ -12,11 +12,11 @@ import pytest
 
 from conftest import Leftovers, cancel_in_another_process
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment, task
+from launchers import registry as jobs_executor
 from launchers.batch.executor import BatchExecutor
 from launchers.config.loader import load_config
 from launchers.connectors import registry
 from launchers.errors import LaunchersError
-from launchers.jobs import executor as jobs_executor
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
 

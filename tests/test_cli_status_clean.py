@@ -167,7 +167,7 @@ def test_status_refresh_then_clean_at_the_unicore_site(
 
 def _no_tracking(timeout: float = 10.0) -> None:
     """Wait until no tracker of this process follows a job any more (their loops have ended)."""
-    from launchers.jobs import executor as jobs_executor
+    from launchers import registry as jobs_executor
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

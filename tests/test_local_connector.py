@@ -15,7 +15,7 @@ import pytest
 from launchers.connectors import local
 from launchers.connectors.local import LocalConnector
 from launchers.errors import ConnectorError
-from launchers.jobs import loop
+from launchers.runtime import loop
 
 
 @pytest.fixture(params=["pidfd", "thread"])

@@ -225,7 +225,7 @@ def test_experiment_with_find_launcher_firecrest_group(
     """An experiment script whose firecrest group is chosen by ``find_launcher``; cancelling a
     job that just finished is not an error (firecrest-v2#159: 500)."""
     from launchers import command, experiment, find_launcher
-    from launchers.jobs.loop import run_sync
+    from launchers.runtime.loop import run_sync
 
     server = firecrest_server
     from remote_fixtures import FIRECREST_ID

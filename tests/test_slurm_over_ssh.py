@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
+from launchers import registry as jobs_executor
 from launchers.config.loader import load_config
 from launchers.connectors import registry
 from launchers.connectors.ssh import SSHConnector
-from launchers.jobs import executor as jobs_executor
-from launchers.jobs.loop import run_sync
+from launchers.runtime.loop import run_sync
 from test_ssh_connector import OWN_SSHD_PORT, OwnSSHD, host_key_line
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]

@@ -17,8 +17,8 @@ import pytest
 
 import launchers.slurm.executor as sx
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
+from launchers import registry as jobs_executor
 from launchers.config.model import SlurmGroup
-from launchers.jobs import executor as jobs_executor
 from launchers.jobs.record import StateRecord, job_directory, now_iso, write_record
 
 TESTS = Path(__file__).parent
@@ -146,7 +146,7 @@ def test_dependency_failing_later_is_unrunnable(
 def test_pending_jobs_one_query_per_cycle(cluster: dict[str, str], tmp_path: Path) -> None:
     """Held (pending) jobs: sacct alone in every cycle while they have pended for less than
     FATAL_CONFIRM / 2 (30 s); squeue's live reasons are read only for long-pending jobs."""
-    from launchers.jobs.loop import run_sync
+    from launchers.runtime.loop import run_sync
 
     L = make_launcher().config(sbatch_options={"hold": True})
     with pytest.raises(ExperimentFailed), experiment(tmp_path, L) as xp:

@@ -14,8 +14,8 @@ import pytest
 
 import launchers.slurm.executor as sx
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
+from launchers import registry as jobs_executor
 from launchers.config.model import SlurmGroup
-from launchers.jobs import executor as jobs_executor
 
 CLUSTER = Path(__file__).parent / "cluster"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

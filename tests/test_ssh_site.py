@@ -16,11 +16,11 @@ from typing import Any
 import asyncssh
 import pytest
 
+from launchers import registry as jobs_executor
 from launchers.cli.main import main
 from launchers.config.model import SSHConnectorConfig
 from launchers.connectors.ssh import SSHAuthenticationError, SSHConnector, private_key_from
 from launchers.errors import AuthenticationError, ConfigurationError
-from launchers.jobs import executor as jobs_executor
 from launchers.remote.backend_config import load_backend_config, to_launcher
 from launchers.remote.ssh_site import SSHSite, check_credentials
 
@@ -297,7 +297,7 @@ def test_dry_run_shows_site_options_and_script(
 
 
 def _reset() -> None:
-    from launchers.jobs.loop import run_sync
+    from launchers.runtime.loop import run_sync
 
     for key, ex in list(jobs_executor._executors.items()):
         if isinstance(key, tuple) and (key[:1] == ("ssh",) or key[:2] == ("record", "ssh")):

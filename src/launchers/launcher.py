@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 if TYPE_CHECKING:
-    from .jobs.executor import Executor
+    from .runtime.executor import Executor
 
 
 @attrs.frozen
@@ -21,7 +21,7 @@ class Launcher:
 
     def executor(self) -> Executor:
         """The process-wide executor that runs jobs for this launcher (created on first use)."""
-        from .jobs.executor import executor_for
+        from .registry import executor_for
 
         return executor_for(self)
 

@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import LaunchersError
-from ..jobs.executor import Executor, StateUpdate
 from ..jobs.job import directory_lock
 from ..jobs.record import read_record
 from ..jobs.state import JobState
 from ..jobs.task import KIND_COMMAND, command
+from ..jobs.update import StateUpdate
+from ..runtime.executor import Executor
 from ..units import format_duration, parse_size, parse_slurm_time
 from . import queue as Q
 from . import runner as R

@@ -139,7 +139,7 @@ class BatchLauncher(Launcher):
 
     def cancel(self) -> None:
         """Cancel this launcher's pilots (one request) and mark its unclaimed tasks CANCELLED."""
-        from ..jobs.loop import run_sync
+        from ..runtime.loop import run_sync
 
         executor = self.executor()
         run_sync(executor.cancel_launcher(self))  # type: ignore[attr-defined]

@@ -139,7 +139,7 @@ def serve_queue(queue: Path, launcher: Any, *, once: bool = False) -> int:
     """Keep one queue served: pilots while tasks are pending, lost claims re-queued."""
     from ..batch import queue as Q
     from ..batch.executor import BatchExecutor, Shape
-    from ..jobs.loop import run_sync
+    from ..runtime.loop import run_sync
 
     Q.ensure_queue(queue)
     executor = launcher.executor()

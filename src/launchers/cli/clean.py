@@ -12,8 +12,8 @@ import sys
 from typing import Any
 
 from ..errors import LaunchersError
-from ..jobs.executor import StateUpdate
 from ..jobs.record import now_iso
+from ..jobs.update import StateUpdate
 from .jobs import resolve_job
 
 #: seconds allowed for one DELETE at the site
@@ -38,9 +38,9 @@ def register(subparsers: Any) -> None:
 
 def clean_one(job: Any) -> tuple[bool, str]:
     """Destroy one job at its site when that applies: (success, message for the user)."""
-    from ..jobs.executor import executor_for_record
-    from ..jobs.loop import run_sync
+    from ..registry import executor_for_record
     from ..remote.http import status_of
+    from ..runtime.loop import run_sync
 
     rec = job.record
     kind = str(dict(rec.launcher).get("kind") or "?")

@@ -50,8 +50,8 @@ def refresh(job: Any, timeout: float = REFRESH_TIMEOUT) -> str | None:
 
     Remote executors also copy the new bytes of ``job.out``/``job.err``. Returns a warning
     (the query failed; the recorded state is shown) or None."""
-    from ..jobs.executor import executor_for_record
-    from ..jobs.loop import run_sync
+    from ..registry import executor_for_record
+    from ..runtime.loop import run_sync
 
     if job.state.is_final:
         return None

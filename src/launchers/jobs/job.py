@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import JobFailedError, LaunchersError
 from ..fsutil import atomic_write_json, fsync_file, read_json
-from .executor import StateUpdate
+from ..jobs.update import StateUpdate
 from .proc import ProcessId
 from .record import (
     JobPaths,
@@ -38,7 +38,7 @@ from .task import KIND_COMMAND, Task, decode_value
 
 if TYPE_CHECKING:
     from ..launcher import Launcher
-    from .executor import Executor
+    from ..runtime.executor import Executor
 
 log = logging.getLogger("launchers.jobs")
 
@@ -301,7 +301,7 @@ class Job:
         if self.state.is_final:
             return
         if self.executor is None:
-            from .executor import executor_for_record
+            from ..registry import executor_for_record
 
             self.executor = executor_for_record(self._record)
         self.executor.tracker.request_cancel(self)

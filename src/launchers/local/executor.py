@@ -5,7 +5,7 @@ The record keeps pid, start time (``/proc/PID/stat`` field 22) and boot id under
 so a reused pid or a reboot is never taken for the job. State is checked every second:
 ``job.rc`` ends it, else a live process is RUNNING, else LOST. At most ``max_jobs`` jobs of one
 local group run at once in a process (the rest wait in order); counter tokens limit across
-processes (``launchers.jobs.tokens``). Cancel: SIGTERM to the process group, SIGKILL after
+processes (``launchers.local.tokens``). Cancel: SIGTERM to the process group, SIGKILL after
 ``kill_grace`` seconds.
 """
 
@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, LaunchersError
 from ..fsutil import atomic_write_bytes, atomic_write_text
-from ..jobs.executor import Executor, StateUpdate, update_from_rc
-from ..jobs.loop import background
 from ..jobs.proc import ProcessId
 from ..jobs.record import RcRecord, now_iso, parse_rc, read_rc
 from ..jobs.state import JobState
 from ..jobs.task import KIND_COMMAND
-from ..jobs.tokens import acquire_and_start, check_requests, holder_path, load_totals, release
+from ..jobs.update import StateUpdate
+from ..runtime.executor import Executor, update_from_rc
+from ..runtime.loop import background
+from .tokens import acquire_and_start, check_requests, holder_path, load_totals, release
 
 if TYPE_CHECKING:
     from ..config.model import LocalGroup
@@ -777,7 +778,7 @@ def executor_key(launcher: Launcher) -> tuple[str, str, None]:
 
 def executor_from_record(info: Mapping[str, Any], record: object) -> DirectExecutor:
     """The executor used to cancel/inspect a direct job known only from its record."""
-    from ..jobs.executor import executor_for
+    from ..registry import executor_for
     from .launcher import DirectLauncher
 
     connector = str(info.get("connector") or "local")

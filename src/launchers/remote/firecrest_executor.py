@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 from ..config.model import FirecrestSite
 from ..errors import AuthenticationError, ConfigurationError, LaunchersError, SubmissionError
 from ..fsutil import atomic_write_text
-from ..jobs.executor import Executor, StateUpdate
 from ..jobs.record import epoch_iso, now_iso
 from ..jobs.state import JobState
+from ..jobs.update import StateUpdate
+from ..runtime.executor import Executor
 from ..slurm.states import UnknownStateWarner, cancel_reason, map_state
 from ..units import format_size
 from .http import (

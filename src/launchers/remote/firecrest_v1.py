@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LaunchersError
-from ..jobs.executor import StateUpdate
+from ..jobs.update import StateUpdate
 from .firecrest_executor import (
     NOT_VISIBLE_GRACE,
     FirecrestExecutor,

@@ -22,7 +22,7 @@ import attrs
 
 from ..connectors.base import Connector
 from ..errors import AuthenticationError, ConnectorError, LaunchersError
-from ..jobs.loop import blocking
+from ..runtime.loop import blocking
 from ..slurm.executor import SlurmExecutor
 from ..slurm.script import ScriptSpec
 from .http import attached_payload
@@ -222,7 +222,7 @@ def _read(path: Path) -> tuple[bytes, bool]:
 
 
 def _site_update(site: SSHSite) -> Any:
-    from ..jobs.executor import StateUpdate
+    from ..jobs.update import StateUpdate
 
     return StateUpdate(extra={"ssh_site": site.to_record()})
 

@@ -150,7 +150,7 @@ def _wait_submitted(job: Any) -> bool:
 
 def follow_job(job: Any, out: BinaryIO, err: BinaryIO) -> int:
     """Print ``job.out``/``job.err`` as they grow until the job is final; its exit status."""
-    from ..jobs.loop import run_sync
+    from ..runtime.loop import run_sync
 
     executor = job.executor
     sync = getattr(executor, "sync_outputs", None)

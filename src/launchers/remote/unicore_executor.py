@@ -22,9 +22,10 @@ from urllib.parse import quote
 from ..config.model import UnicoreSite
 from ..errors import AuthenticationError, LaunchersError, SubmissionError
 from ..fsutil import atomic_write_text
-from ..jobs.executor import Executor, StateUpdate
 from ..jobs.record import iso_epoch, now_iso, submitting_since
 from ..jobs.state import JobState
+from ..jobs.update import StateUpdate
+from ..runtime.executor import Executor
 from .http import (
     attached_payload,
     check_task,

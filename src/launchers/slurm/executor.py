@@ -31,10 +31,11 @@ from ..connectors.base import CommandResult, Connector
 from ..connectors.local import LocalConnector
 from ..errors import ConnectorError, LaunchersError, ScriptError, SubmissionError
 from ..fsutil import atomic_write_bytes
-from ..jobs.executor import Executor, StateUpdate
-from ..jobs.loop import background, blocking, call_soon
 from ..jobs.record import RC, STDERR, STDOUT, iso_epoch, now_iso, parse_rc, submitting_since
 from ..jobs.state import JobState
+from ..jobs.update import StateUpdate
+from ..runtime.executor import Executor
+from ..runtime.loop import background, blocking, call_soon
 from ..units import parse_slurm_time, slurm_time
 from . import parse as P
 from .limits import Allowance, allowance_command, parse_allowance

@@ -102,7 +102,7 @@ def _run_remote(group: SlurmGroup, command: list[str], shown: str) -> str:
     """Run scontrol (or ``id``) through the group's SSH connector (declared in the group's own file)."""
     from ..config.loader import load_config
     from ..connectors.registry import get_connector
-    from ..jobs.loop import in_loop_thread, run_sync
+    from ..runtime.loop import in_loop_thread, run_sync
 
     if in_loop_thread():
         raise ConfigurationError(

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import LaunchersError
 from ..fsutil import atomic_write_json
-from .proc import ProcessId
+from ..jobs.proc import ProcessId
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 

@@ -1,13 +1,13 @@
-"""Executors: the I/O side of a launcher kind (submit, poll, cancel), and their registry.
+"""Executors: the I/O side of a launcher kind (submit, poll, cancel).
 
 Design note (read this before writing an executor)
 -------------------------------------------------
 * A *launcher* is a frozen value (where, with which options). An *executor* does the I/O for a
-  launcher kind. ``executor_for(launcher)`` returns ONE executor instance per
+  launcher kind. ``launchers.registry.executor_for(launcher)`` returns ONE executor instance per
   ``(kind, connector, cluster)`` per process, created by the module registered for the kind
-  (``EXECUTOR_MODULES``), which must define ``create_executor(launcher) -> Executor`` and may
+  (``KIND_MODULES``), which must define ``create_executor(launcher) -> Executor`` and may
   define ``executor_key(launcher) -> tuple`` (default ``(kind, connector, cluster)``).
-* Every executor coroutine runs on the single background loop (``launchers.jobs.loop``). User
+* Every executor coroutine runs on the single background loop (``launchers.runtime.loop``). User
   threads never await; they call ``Job`` methods, which schedule work on the loop.
 * A ``Job`` (``launchers.jobs.job``) owns the in-memory ``StateRecord`` and is the only writer of
   ``state.json``. Executors change a job only through ``job.apply(StateUpdate(...))`` (thread-safe;
@@ -22,7 +22,7 @@ Design note (read this before writing an executor)
   An exception escaping ``submit`` marks the job ``FAILED`` with the error as reason.
 * A job re-attached in ``SUBMITTING`` (a crash between record and reply) goes to
   ``executor.reconcile(job)`` instead: adopt the id found by name, or submit if none.
-* Tracking: the executor's ``Tracker`` (``launchers.jobs.tracker``) calls ``poll(jobs)`` ONCE
+* Tracking: the executor's ``Tracker`` (``launchers.runtime.tracker``) calls ``poll(jobs)`` ONCE
   per cycle with every unfinished tracked job that has a ``native_id``; ``poll`` returns the
   changes as ``{job: StateUpdate}`` and must raise (any exception) on a failed query: the
   tracker then changes nothing, logs the outage once, and backs off. Interval: ``poll_min``
@@ -45,101 +45,24 @@ Design note (read this before writing an executor)
 from __future__ import annotations
 
 import abc
-import importlib
-import json
 import logging
-import threading
 import time
 from collections.abc import Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-import attrs
+from typing import TYPE_CHECKING
 
 from ..errors import LaunchersError
-from .loop import background
-from .record import StateRecord, read_rc
-from .state import JobState
+from ..jobs.record import read_rc
+from ..jobs.state import JobState
+from ..jobs.update import StateUpdate, update_for_rc
+from .loop import background, call_soon
+from .tracker import Tracker
 
 if TYPE_CHECKING:
+    from ..jobs.job import Job
+    from ..jobs.task import Task
     from ..launcher import Launcher
-    from .job import Job
-    from .task import Task
-    from .tracker import Tracker
 
 log = logging.getLogger("launchers.jobs")
-
-#: launcher kind -> module defining ``create_executor(launcher)``.
-EXECUTOR_MODULES: dict[str, str] = {
-    "local": "launchers.local.executor",
-    "slurm": "launchers.slurm.executor",
-    "unicore": "launchers.remote.unicore_executor",
-    "firecrest": "launchers.remote.firecrest_kind",
-    "ssh": "launchers.remote.ssh_executor",
-    "batch": "launchers.batch.executor",
-}
-
-
-@attrs.frozen
-class StateUpdate:
-    """A change to apply to a job's record; ``None`` fields are left unchanged.
-
-    ``detail`` goes to the history entry. ``extra`` is merged into the record's extra keys.
-    """
-
-    state: JobState | None = None
-    detail: str = ""
-    reason: str | None = None
-    native_id: str | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    slurm_state: str | None = None
-    job_name: str | None = None
-    cluster: str | None = None
-    submitted_at: str | None = None
-    started_at: str | None = None
-    ended_at: str | None = None
-    extra: Mapping[str, Any] | None = None
-
-    def changes(self) -> dict[str, Any]:
-        """The record fields this update sets (state and detail excluded)."""
-        out = {}
-        for f in attrs.fields(StateUpdate):
-            if f.name in ("state", "detail"):
-                continue
-            value = getattr(self, f.name)
-            if value is not None:
-                out[f.name] = value
-        return out
-
-
-def update_from_rc(job: Job, *, cancelled: bool = False) -> StateUpdate | None:
-    """The final update ``job.rc`` implies for this attempt, or None when there is none yet.
-
-    rc 0 and no signal: COMPLETED; ended by a signal after our cancel: CANCELLED; else FAILED
-    with code/signal (a job that failed on its own before the cancel reached it stays FAILED).
-    An rc of another attempt (stale file) is ignored.
-    """
-    rc = read_rc(job.directory)
-    if rc is None:
-        return None
-    if rc.attempt is not None and rc.attempt != job.attempt:
-        return None
-    if rc.success:
-        state, reason = JobState.COMPLETED, None
-    elif (cancelled or job.cancel_requested) and rc.signalled:
-        state, reason = JobState.CANCELLED, "cancelled on request"
-    else:
-        state = JobState.FAILED
-        reason = f"killed by signal {rc.signal}" if rc.signal else f"exit code {rc.rc}"
-    return StateUpdate(
-        state=state,
-        detail="job.rc",
-        reason=reason,
-        exit_code=rc.rc,
-        signal=rc.signal,
-        started_at=rc.start,
-        ended_at=rc.end,
-    )
 
 
 class Executor(abc.ABC):
@@ -163,8 +86,6 @@ class Executor(abc.ABC):
     def tracker(self) -> Tracker:
         """This executor's tracker (one poll loop for all its jobs), created on first use."""
         if self._tracker is None:
-            from .tracker import Tracker
-
             self._tracker = Tracker(self)
         return self._tracker
 
@@ -172,14 +93,10 @@ class Executor(abc.ABC):
 
     def enqueue(self, job: Job, *, reconcile: bool = False) -> None:
         """Thread-safe: track ``job`` and start its submission (or reconciliation) on the loop."""
-        from .loop import call_soon
-
         call_soon(self._begin, job, reconcile)
 
     def track(self, job: Job) -> None:
         """Thread-safe: follow an already submitted job (re-attach)."""
-        from .loop import call_soon
-
         call_soon(self.tracker.add, job)
 
     def _begin(self, job: Job, reconcile: bool) -> None:
@@ -244,89 +161,15 @@ class Executor(abc.ABC):
         """Release connections (end of process or tests)."""
 
 
-def default_executor_key(launcher: Launcher) -> tuple[Any, ...]:
-    """``(kind, connector, cluster)`` of a launcher (missing attributes read as None)."""
-    group = getattr(launcher, "group", None)
-    connector = getattr(launcher, "connector", None) or getattr(group, "connector", None) or "local"
-    cluster = getattr(launcher, "cluster", None)
-    if cluster is None:
-        options = getattr(launcher, "options", None)
-        cluster = getattr(options, "clusters", None) or getattr(options, "cluster", None)
-    return (launcher.kind, connector, cluster)
+def update_from_rc(job: Job, *, cancelled: bool = False) -> StateUpdate | None:
+    """The final update the job's ``job.rc`` implies for its attempt (``update_for_rc``), or
+    None when there is none yet; ``cancelled`` or the job's own cancel request make a signal
+    read as CANCELLED."""
+    return update_for_rc(
+        read_rc(job.directory),
+        attempt=job.attempt,
+        cancelled=cancelled or job.cancel_requested,
+    )
 
 
-_executors: dict[Hashable, Executor] = {}
-_registry_lock = threading.RLock()
-
-
-def executor_for(launcher: Launcher) -> Executor:
-    """The process-wide executor for ``launcher`` (one per kind, connector and cluster)."""
-    kind = launcher.kind
-    module_name = EXECUTOR_MODULES.get(kind)
-    if module_name is None:
-        raise LaunchersError(f"no executor for launcher kind {kind!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        raise LaunchersError(
-            f"launchers of kind {kind!r} cannot run jobs: module {module_name} is missing ({e})"
-        ) from None
-    key_fn = getattr(module, "executor_key", default_executor_key)
-    key = key_fn(launcher)
-    with _registry_lock:
-        executor = _executors.get(key)
-        if executor is None:
-            executor = module.create_executor(launcher)
-            _executors[key] = executor
-        return executor
-
-
-def executor_for_record(record: StateRecord) -> Executor:
-    """The executor for a job known only from its ``state.json`` (CLI ``cancel``, ``jobs``).
-
-    The kind's module must define ``executor_from_record(launcher_info, record) -> Executor``
-    (``launcher_info`` is the record's ``launcher`` mapping); it is cached like ``executor_for``."""
-    info = dict(record.launcher)
-    kind = str(info.get("kind", ""))
-    module_name = EXECUTOR_MODULES.get(kind)
-    if module_name is None:
-        raise LaunchersError(f"job {record.task_id}: unknown launcher kind {kind!r} in its record")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        raise LaunchersError(
-            f"job {record.task_id}: module {module_name} is missing ({e})"
-        ) from None
-    factory = getattr(module, "executor_from_record", None)
-    if factory is None:
-        raise LaunchersError(
-            f"job {record.task_id}: launchers of kind {kind!r} cannot be driven from a record"
-        )
-    # Remote kinds keep their site in the record: jobs on two sites need two executors.
-    site = record.extra.get(f"{kind}_site") if isinstance(record.extra, Mapping) else None
-    site_key = json.dumps(site, sort_keys=True, default=str) if site is not None else None
-    key = ("record", kind, info.get("connector"), record.cluster, site_key)
-    with _registry_lock:
-        executor = _executors.get(key)
-        if executor is None:
-            executor = factory(info, record)
-            _executors[key] = executor
-        return executor
-
-
-def all_executors() -> list[Executor]:
-    """Every executor created in this process."""
-    with _registry_lock:
-        return list(_executors.values())
-
-
-__all__ = [
-    "EXECUTOR_MODULES",
-    "Executor",
-    "StateUpdate",
-    "all_executors",
-    "default_executor_key",
-    "executor_for",
-    "executor_for_record",
-    "update_from_rc",
-]
+__all__ = ["Executor", "update_from_rc"]

@@ -4,7 +4,7 @@ its unfinished jobs, an adaptive interval, and failed queries that never fail a 
 Interval: ``executor.poll_min`` after a submission or a state change, then x1.5 per quiet cycle
 up to ``executor.poll_max``; during an outage it backs off to ``poll_max``. ``fast_poll`` runs
 every ``executor.fast_interval`` seconds when set. Cancels requested within a cycle become one
-``executor.cancel(jobs)`` call. Runs on the background loop (``launchers.jobs.loop``); the
+``executor.cancel(jobs)`` call. Runs on the background loop (``launchers.runtime.loop``); the
 updates found are recorded (``state.json``, fsynced) in a thread of the tracker's own, so that a
 slow disk never holds up the loop, where submissions run, and no shared pool can delay them.
 """
@@ -18,12 +18,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from ..jobs.state import JobState
 from .loop import call_soon
-from .state import JobState
 
 if TYPE_CHECKING:
-    from .executor import Executor, StateUpdate
-    from .job import Job
+    from ..jobs.job import Job
+    from ..jobs.update import StateUpdate
+    from .executor import Executor
 
 log = logging.getLogger("launchers.jobs")
 
@@ -225,7 +226,7 @@ class Tracker:
             log.error("cancel of %d job(s) failed: %s", len(batch), e)
 
     def _check_observers(self) -> bool:
-        from .job import take_over
+        from ..jobs.job import take_over
 
         changed = False
         for job in [j for j in self.jobs.values() if j.observer]:
