@@ -83,6 +83,7 @@ def parse_vars(items: list[str]) -> dict[str, str]:
 
 def group_launcher(group_id: str, config_path: str | None, requirements: str | None) -> Any:
     """The batch launcher of a configuration group (its ``batch:`` options, else the defaults)."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..batch.launcher import BatchLauncher
     from ..finder.search import _try_group, config_of, requirements_of
     from ..language.values import HostRequirement
@@ -115,6 +116,7 @@ def serve(args: argparse.Namespace) -> int:
         )
     launcher = group_launcher(args.launcher, args.config, args.requirements)
     if args.hpc_batch:
+        # lazy: loaded when this subcommand runs, not at every CLI start
         from ..batch.hpc_batch import HpcBatchServer
 
         if not args.templates:
@@ -137,6 +139,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def serve_queue(queue: Path, launcher: Any, *, once: bool = False) -> int:
     """Keep one queue served: pilots while tasks are pending, lost claims re-queued."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..batch import queue as Q
     from ..batch.executor import BatchExecutor, Shape
     from ..runtime.loop import run_sync
@@ -172,6 +175,7 @@ def _ago(seconds: float) -> str:
 
 def status(args: argparse.Namespace) -> int:
     """``batch status QUEUE``."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..batch import queue as Q
     from ..jobs.record import read_rc, read_record
 
@@ -221,6 +225,7 @@ def status(args: argparse.Namespace) -> int:
 
 def cancel(args: argparse.Namespace) -> int:
     """``batch cancel QUEUE TASK...``."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..batch import queue as Q
 
     queue = Path(args.queue)

@@ -10,6 +10,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from launchers.connectors.base import Connector
+from launchers.connectors.local import LocalConnector
 from launchers.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -28,8 +29,6 @@ def _config_key(config: LaunchersConfig | None) -> str | None:
 
 
 def _local() -> Connector:
-    from launchers.connectors.local import LocalConnector
-
     return LocalConnector()
 
 
@@ -62,6 +61,7 @@ def get_connector(name: str, config: LaunchersConfig | None = None) -> Connector
                     file=str(config.path) if config is not None and config.path else None,
                     key="connector",
                 )
+            # lazy: asyncssh (~0.3 s to import) only for SSH connectors
             from launchers.connectors.ssh import SSHConnector
 
             conn = SSHConnector(cfg)

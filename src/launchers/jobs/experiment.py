@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExperimentFailed, LaunchersError
+from .progress import wait_with_progress
 from .state import JobState
 
 if TYPE_CHECKING:
@@ -70,8 +71,6 @@ class Experiment:
 
     def wait(self, timeout: float | None = None) -> list[Job]:
         """Wait for every job (with live progress in a terminal); the unsuccessful ones."""
-        from .progress import wait_with_progress
-
         wait_with_progress(self.jobs, enabled=self.progress, timeout=timeout)
         return [j for j in self.jobs if j.state is not JobState.COMPLETED]
 

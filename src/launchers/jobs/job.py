@@ -9,20 +9,20 @@ There is one ``Job`` per job directory per process.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import pickle
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JobFailedError, LaunchersError
-from ..fsutil import atomic_write_json, fsync_file, read_json
+from ..fsutil import atomic_write_json, directory_lock, fsync_file, read_json
 from ..jobs.update import StateUpdate
+from ..registry import executor_for_record
+from .experiment import current_experiment
 from .proc import ProcessId
 from .record import (
     JobPaths,
@@ -301,10 +301,12 @@ class Job:
         if self.state.is_final:
             return
         if self.executor is None:
-            from ..registry import executor_for_record
-
             self.executor = executor_for_record(self._record)
         self.executor.tracker.request_cancel(self)
+
+    def take_over(self) -> str | None:
+        """Observers whose owner died: claim the submission if still needed (``take_over``)."""
+        return take_over(self)
 
     def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
         """The last ``lines`` lines of ``job.err`` ("" when absent)."""
@@ -373,17 +375,6 @@ _jobs: dict[Path, Job] = {}
 _jobs_lock = threading.RLock()
 
 
-@contextlib.contextmanager
-def directory_lock(path: Path) -> Iterator[None]:
-    """Hold ``flock`` on ``path`` (the job directory's ``.lock``) for the block."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def launcher_info(launcher: Launcher) -> dict[str, Any]:
     """``launcher`` field of the record: kind, group id, connector and exact sbatch options."""
     group = getattr(launcher, "group", None)
@@ -426,8 +417,6 @@ def registered_job(directory: Path) -> Job | None:
 
 def submit_task(task: Task, launcher: Launcher | None = None, *, force: bool = False) -> Job:
     """``Task.submit``: record the job under ``.lock`` and queue its submission (§1, §2)."""
-    from .experiment import current_experiment
-
     xp = current_experiment()
     if launcher is None and xp is not None:
         launcher = xp.launcher
@@ -539,6 +528,12 @@ def _attach(
         job.observer = action == "observe"
         executor.track(job)
     return job
+
+
+def attach(task: Task, directory: Path, launcher: Launcher) -> Job:
+    """A job for ``task`` in ``directory`` (outside any experiment, e.g. a batch pilot):
+    recorded and submitted, or re-attached when the directory already holds it."""
+    return _attach(task, directory, launcher, launcher.executor(), force=False, rerun_failed=False)
 
 
 def take_over(job: Job) -> str | None:

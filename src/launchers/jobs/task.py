@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, overload
 import attrs
 
 from ..errors import TaskError
+from ..hooks import services
 
 if TYPE_CHECKING:
     from .job import Job
@@ -141,9 +142,7 @@ class Task:
 
         Uses ``launcher``, else the current experiment's. A task already submitted in this
         process returns the same ``Job``; a finished directory is re-attached (§2)."""
-        from .job import submit_task
-
-        return submit_task(self, launcher, force=force)
+        return services().submit_task(self, launcher, force=force)
 
 
 def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:

@@ -58,9 +58,9 @@ from .loop import background, call_soon
 from .tracker import Tracker
 
 if TYPE_CHECKING:
-    from ..jobs.job import Job
     from ..jobs.task import Task
     from ..launcher import Launcher
+    from ..protocols import JobHandle
 
 log = logging.getLogger("launchers.jobs")
 
@@ -91,19 +91,19 @@ class Executor(abc.ABC):
 
     # -- called by the jobs layer -------------------------------------------------------------
 
-    def enqueue(self, job: Job, *, reconcile: bool = False) -> None:
+    def enqueue(self, job: JobHandle, *, reconcile: bool = False) -> None:
         """Thread-safe: track ``job`` and start its submission (or reconciliation) on the loop."""
         call_soon(self._begin, job, reconcile)
 
-    def track(self, job: Job) -> None:
+    def track(self, job: JobHandle) -> None:
         """Thread-safe: follow an already submitted job (re-attach)."""
         call_soon(self.tracker.add, job)
 
-    def _begin(self, job: Job, reconcile: bool) -> None:
+    def _begin(self, job: JobHandle, reconcile: bool) -> None:
         self.tracker.add(job)
         background(self._submit_guarded(job, reconcile))
 
-    async def _submit_guarded(self, job: Job, reconcile: bool) -> None:
+    async def _submit_guarded(self, job: JobHandle, reconcile: bool) -> None:
         try:
             if reconcile:
                 await self.reconcile(job)
@@ -130,30 +130,30 @@ class Executor(abc.ABC):
     # -- to implement ---------------------------------------------------------------------------
 
     @abc.abstractmethod
-    async def submit(self, job: Job) -> None:
+    async def submit(self, job: JobHandle) -> None:
         """Submit attempt ``job.attempt`` (record is WAITING); see the module docstring."""
 
     @abc.abstractmethod
-    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+    async def poll(self, jobs: Sequence[JobHandle]) -> Mapping[JobHandle, StateUpdate]:
         """One status query for all ``jobs``; the changes found. Raise on a failed query."""
 
     @abc.abstractmethod
-    async def cancel(self, jobs: Sequence[Job]) -> None:
+    async def cancel(self, jobs: Sequence[JobHandle]) -> None:
         """Cancel all ``jobs`` with as few scheduler calls as possible (one for Slurm)."""
 
     def validate(self, launcher: Launcher, task: Task) -> None:  # noqa: B027 - optional hook
         """Synchronous checks at ``task.submit`` time, before anything is recorded; raise a
         ``LaunchersError`` for a job that could never run here (default: none)."""
 
-    async def fast_poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+    async def fast_poll(self, jobs: Sequence[JobHandle]) -> Mapping[JobHandle, StateUpdate]:
         """Cheap checks every ``fast_interval`` seconds (default: none)."""
         return {}
 
-    async def reconcile(self, job: Job) -> None:
+    async def reconcile(self, job: JobHandle) -> None:
         """Settle a job found in SUBMITTING after a crash. Default: submit it again."""
         await self.submit(job)
 
-    def owns_waiting(self, job: Job) -> bool:
+    def owns_waiting(self, job: JobHandle) -> bool:
         """True when the executor holds ``job`` locally (WAITING) and will submit it itself."""
         return False
 
@@ -161,7 +161,7 @@ class Executor(abc.ABC):
         """Release connections (end of process or tests)."""
 
 
-def update_from_rc(job: Job, *, cancelled: bool = False) -> StateUpdate | None:
+def update_from_rc(job: JobHandle, *, cancelled: bool = False) -> StateUpdate | None:
     """The final update the job's ``job.rc`` implies for its attempt (``update_for_rc``), or
     None when there is none yet; ``cancelled`` or the job's own cancel request make a signal
     read as CANCELLED."""

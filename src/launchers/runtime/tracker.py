@@ -22,8 +22,8 @@ from ..jobs.state import JobState
 from .loop import call_soon
 
 if TYPE_CHECKING:
-    from ..jobs.job import Job
     from ..jobs.update import StateUpdate
+    from ..protocols import JobHandle
     from .executor import Executor
 
 log = logging.getLogger("launchers.jobs")
@@ -47,8 +47,8 @@ class Tracker:
 
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
-        self.jobs: dict[int, Job] = {}
-        self._cancels: dict[int, Job] = {}
+        self.jobs: dict[int, JobHandle] = {}
+        self._cancels: dict[int, JobHandle] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self.interval = executor.poll_min
@@ -62,7 +62,7 @@ class Tracker:
 
     # -- called in the loop thread --------------------------------------------------------------
 
-    def add(self, job: Job) -> None:
+    def add(self, job: JobHandle) -> None:
         """Follow ``job`` (loop thread); restarts the fast interval."""
         self.jobs[id(job)] = job
         self.interval = self.executor.poll_min
@@ -78,7 +78,7 @@ class Tracker:
         if self._wake is not None:
             self._wake.set()
 
-    def _add_cancel(self, job: Job) -> None:
+    def _add_cancel(self, job: JobHandle) -> None:
         first = not self._cancels
         now = time.monotonic()
         if first:
@@ -102,7 +102,7 @@ class Tracker:
 
     # -- thread-safe -----------------------------------------------------------------------------
 
-    def request_cancel(self, job: Job) -> None:
+    def request_cancel(self, job: JobHandle) -> None:
         """Queue ``job`` for the next cycle's single cancel call (any thread)."""
         call_soon(self._add_cancel, job)
 
@@ -183,10 +183,10 @@ class Tracker:
         except asyncio.TimeoutError:
             pass
 
-    async def _apply(self, query: object, jobs: Sequence[Job], *, quiet: bool) -> bool:
+    async def _apply(self, query: object, jobs: Sequence[JobHandle], *, quiet: bool) -> bool:
         timeout = float(getattr(self.executor, "poll_timeout", DEFAULT_POLL_TIMEOUT))
         try:
-            updates: Mapping[Job, StateUpdate] = await asyncio.wait_for(query(jobs), timeout)  # type: ignore[operator]
+            updates: Mapping[JobHandle, StateUpdate] = await asyncio.wait_for(query(jobs), timeout)  # type: ignore[operator]
         except Exception as e:
             if quiet:
                 log.debug("fast status check failed: %s", e)
@@ -226,8 +226,6 @@ class Tracker:
             log.error("cancel of %d job(s) failed: %s", len(batch), e)
 
     def _check_observers(self) -> bool:
-        from ..jobs.job import take_over
-
         changed = False
         for job in [j for j in self.jobs.values() if j.observer]:
             changed |= job.refresh()
@@ -235,7 +233,7 @@ class Tracker:
                 job.observer = job.state.is_final
                 continue
             try:
-                action = take_over(job)
+                action = job.take_over()
             except Exception as e:
                 log.error("%s: cannot take over the submission: %s", job.task_id, e)
                 continue
@@ -245,7 +243,7 @@ class Tracker:
         return changed
 
 
-def _record(updates: Mapping[Job, StateUpdate]) -> bool:
+def _record(updates: Mapping[JobHandle, StateUpdate]) -> bool:
     """Apply ``updates`` (the tracker's writer thread); True when a state changed."""
     changed = False
     for job, update in updates.items():
