@@ -12,11 +12,11 @@ import pytest
 
 from conftest import Leftovers, cancel_in_another_process
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment, task
-from launchers import registry as jobs_executor
 from launchers.batch.executor import BatchExecutor
 from launchers.config.loader import load_config
 from launchers.connectors import registry
 from launchers.errors import LaunchersError
+from launchers.runtime.core import current as current_runtime
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
 
@@ -27,10 +27,7 @@ def answer() -> int:
 
 
 def reset() -> None:
-    for key in [
-        k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"
-    ]:
-        del jobs_executor._executors[key]
+    current_runtime().forget_executors("slurm")
     registry.forget_all()
 
 

@@ -17,9 +17,9 @@ import pytest
 
 import launchers.slurm.executor as sx
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
-from launchers import registry as jobs_executor
 from launchers.config.model import SlurmGroup
 from launchers.jobs.record import StateRecord, job_directory, now_iso, write_record
+from launchers.runtime.core import current as current_runtime
 
 TESTS = Path(__file__).parent
 SRC = TESTS.parent / "src"
@@ -35,10 +35,7 @@ def make_launcher(**group: Any) -> SlurmLauncher:
 
 def reset_executors() -> None:
     """Executors are per process; tests that switch cluster (SLURM_CONF) start afresh."""
-    for key in [
-        k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"
-    ]:
-        del jobs_executor._executors[key]
+    current_runtime().forget_executors("slurm")
 
 
 @pytest.fixture

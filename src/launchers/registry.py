@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import importlib
 import json
-import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .errors import LaunchersError
+from .runtime.core import current
 from .runtime.executor import Executor
 
 if TYPE_CHECKING:
@@ -45,10 +45,6 @@ def default_executor_key(launcher: Launcher) -> tuple[Any, ...]:
     return (launcher.kind, connector, cluster)
 
 
-_executors: dict[Hashable, Executor] = {}
-_registry_lock = threading.RLock()
-
-
 def executor_for(launcher: Launcher) -> Executor:
     """The process-wide executor for ``launcher`` (one per kind, connector and cluster)."""
     kind = launcher.kind
@@ -63,12 +59,7 @@ def executor_for(launcher: Launcher) -> Executor:
         ) from None
     key_fn = getattr(module, "executor_key", default_executor_key)
     key = key_fn(launcher)
-    with _registry_lock:
-        executor = _executors.get(key)
-        if executor is None:
-            executor = module.create_executor(launcher)
-            _executors[key] = executor
-        return executor
+    return current().executor(key, lambda: module.create_executor(launcher))
 
 
 def executor_for_record(record: StateRecord) -> Executor:
@@ -96,18 +87,14 @@ def executor_for_record(record: StateRecord) -> Executor:
     site = record.extra.get(f"{kind}_site") if isinstance(record.extra, Mapping) else None
     site_key = json.dumps(site, sort_keys=True, default=str) if site is not None else None
     key = ("record", kind, info.get("connector"), record.cluster, site_key)
-    with _registry_lock:
-        executor = _executors.get(key)
-        if executor is None:
-            executor = factory(info, record)
-            _executors[key] = executor
-        return executor
+    return current().executor(key, lambda: factory(info, record))
 
 
 def all_executors() -> list[Executor]:
     """Every executor created in this process."""
-    with _registry_lock:
-        return list(_executors.values())
+    runtime = current()
+    with runtime.executors_lock:
+        return list(runtime.executors.values())
 
 
 __all__ = [

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -33,6 +33,7 @@ from ..jobs.record import read_record
 from ..jobs.state import JobState
 from ..jobs.task import KIND_COMMAND, command
 from ..jobs.update import StateUpdate
+from ..runtime.core import current
 from ..runtime.executor import Executor
 from ..runtime.loop import run_sync
 from ..slurm.launcher import SlurmLauncher
@@ -951,15 +952,9 @@ class BatchExecutor(Executor):
                     job.cancel_requested = True
 
 
-_executor: BatchExecutor | None = None
-
-
 def create_executor(launcher: Launcher) -> BatchExecutor:
-    """The process's batch executor."""
-    global _executor
-    if _executor is None:
-        _executor = BatchExecutor()
-    return _executor
+    """The process's batch executor (the registry keeps one: ``executor_key``)."""
+    return BatchExecutor()
 
 
 def executor_key(launcher: Launcher) -> tuple[str]:
@@ -991,8 +986,8 @@ def queue_from_locator(task_id: str, locator: Any) -> RemoteQueue | RestQueue:
 
 
 def executor_from_record(info: Mapping[str, Any], record: object) -> BatchExecutor:
-    """The executor that cancels a batched job known only from its record."""
-    return create_executor(None)  # type: ignore[arg-type]
+    """The executor that cancels a batched job known only from its record: the process's one."""
+    return cast(BatchExecutor, current().executor(("batch",), BatchExecutor))
 
 
 __all__ = [

@@ -16,12 +16,13 @@ import pickle
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import JobFailedError, LaunchersError
 from ..fsutil import atomic_write_json, directory_lock, fsync_file, read_json
 from ..jobs.update import StateUpdate
 from ..registry import executor_for_record
+from ..runtime.core import current
 from .experiment import current_experiment
 from .proc import ProcessId
 from .record import (
@@ -371,9 +372,6 @@ def _read_kind(paths: JobPaths) -> str:
 
 # -- the per-process registry and the submit/re-attach decision ---------------------------------
 
-_jobs: dict[Path, Job] = {}
-_jobs_lock = threading.RLock()
-
 
 def launcher_info(launcher: Launcher) -> dict[str, Any]:
     """``launcher`` field of the record: kind, group id, connector and exact sbatch options."""
@@ -411,8 +409,9 @@ def owner_alive(record: StateRecord) -> bool:
 
 def registered_job(directory: Path) -> Job | None:
     """The ``Job`` of ``directory`` in this process, if any."""
-    with _jobs_lock:
-        return _jobs.get(directory)
+    runtime = current()
+    with runtime.jobs_lock:
+        return cast("Job | None", runtime.jobs.get(directory))
 
 
 def submit_task(task: Task, launcher: Launcher | None = None, *, force: bool = False) -> Job:
@@ -435,8 +434,9 @@ def submit_task(task: Task, launcher: Launcher | None = None, *, force: bool = F
             f"cannot submit {task.task_id}: no launcher; pass launcher= to submit() or to experiment()"
         )
     directory = job_directory(xp.workdir, task.name, task.digest).absolute()
-    with _jobs_lock:
-        existing = _jobs.get(directory)
+    runtime = current()
+    with runtime.jobs_lock:
+        existing = cast("Job | None", runtime.jobs.get(directory))
         rerun = (
             existing is not None
             and existing.state.is_final
@@ -456,7 +456,7 @@ def submit_task(task: Task, launcher: Launcher | None = None, *, force: bool = F
         job = _attach(
             task, directory, launcher, executor, force=force, rerun_failed=xp.rerun_failed
         )
-        _jobs[directory] = job
+        runtime.jobs[directory] = job
     xp.add(job)
     return job
 

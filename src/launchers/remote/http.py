@@ -12,16 +12,16 @@ import logging
 import random
 import re
 import shlex
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import attrs
 
 from ..errors import AuthenticationError, ConnectorError, LaunchersError, TaskError
 from ..jobs.task import KIND_COMMAND
+from ..runtime.core import current
 from ..slurm.script import sh_quote
 from .backend_config import resolve_account
 from .environment import Environment, validate_environment
@@ -86,19 +86,17 @@ class RemotePayload:
         return attempt_job_name(self.job_name, attempt)
 
 
-_payloads: dict[Path, RemotePayload] = {}
-_payload_lock = threading.Lock()
-
-
 def attach_payload(directory: Path, payload: RemotePayload) -> None:
     """Make ``payload`` what the job of ``directory`` sends (``run_project`` sets it before submit)."""
-    with _payload_lock:
-        _payloads[Path(directory).absolute()] = payload
+    runtime = current()
+    with runtime.payloads_lock:
+        runtime.payloads[Path(directory).absolute()] = payload
 
 
 def attached_payload(directory: Path) -> RemotePayload | None:
-    with _payload_lock:
-        return _payloads.get(Path(directory).absolute())
+    runtime = current()
+    with runtime.payloads_lock:
+        return cast("RemotePayload | None", runtime.payloads.get(Path(directory).absolute()))
 
 
 def remote_job_name(job: JobHandle) -> str:
