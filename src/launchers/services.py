@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from . import registry
 from .jobs import job as jobs
-from .slurm import query
 
 if TYPE_CHECKING:
     from .config.model import SlurmGroup
@@ -38,6 +37,9 @@ class DefaultServices:
         return jobs.Job(None, directory, record, launcher=launcher, executor=launcher.executor())
 
     def refresh_group(self, group: SlurmGroup) -> SlurmGroup:
+        # lazy: the Slurm query (scontrol parsers, connectors) only for a finder on Slurm groups
+        from .slurm import query
+
         return query.refresh_group(group)
 
 

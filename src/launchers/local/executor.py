@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ..config.model import LocalGroup
-from ..connectors.registry import get_connector
 from ..errors import ConfigurationError, LaunchersError
 from ..fsutil import atomic_write_bytes, atomic_write_text
 from ..jobs.proc import ProcessId
@@ -513,8 +512,10 @@ class RemoteDirectExecutor(DirectExecutor):
     @property
     def connector(self) -> Any:
         if self._connector is None:
-            # lazy: the configuration loader only for a connector over SSH (import time)
+            # lazy: the configuration loader and the connectors only for a direct launcher over
+            # SSH (import time of a local submission)
             from ..config.loader import load_config
+            from ..connectors.registry import get_connector
 
             self._connector = get_connector(self.connector_name, load_config(self.config_file))
         return self._connector
