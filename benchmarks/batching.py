@@ -87,10 +87,9 @@ def inner_launcher() -> Any:
 
 
 def fresh_executors() -> None:
-    from launchers.jobs import executor as jx
+    from launchers.runtime.core import current
 
-    for key in [k for k in jx._executors if isinstance(k, tuple) and k and k[0] == "slurm"]:
-        del jx._executors[key]
+    current().forget_executors("slurm")
 
 
 def run_one_each(n: int, t: float, work: Path) -> dict[str, Any]:

@@ -142,7 +142,7 @@ class Leftovers:
     def end_pilots(self, timeout: float) -> list[Any]:
         """Wait for the pilots to end (their runners linger briefly), waking their trackers so the
         final state is seen while the site still answers; cancel the others. Returns those."""
-        from launchers.jobs.loop import call_soon
+        from launchers.runtime.loop import call_soon
 
         deadline = time.monotonic() + timeout
         while True:
@@ -216,3 +216,17 @@ def leaves_nothing(tmp_path: pathlib.Path) -> Iterator[Leftovers]:
     )
     assert not jobs, f"Slurm jobs left by the test (cancelled now): {jobs}"
     assert not procs, f"processes left by the test (killed now): {procs}"
+
+
+@pytest.fixture
+def fresh_runtime() -> Iterator[Any]:
+    """The runtime of a fresh process (``launchers.runtime.core.Runtime.reset``), before and
+    after the test: no executor, job, experiment, connector or cached value of earlier tests."""
+    from launchers.runtime.core import current
+
+    runtime = current()
+    runtime.reset()
+    try:
+        yield runtime
+    finally:
+        runtime.reset()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone, as root on Debian 12:
 #   installs the package with its test tools, starts the real Slurm cluster and sshd
-#   (tests/cluster/start.sh), runs ruff, mypy and pytest, and stops what it started.
+#   (tests/cluster/start.sh), runs ruff, lint-imports, mypy and pytest, and stops what it started.
 # Most tests wait on Slurm, sshd or a loopback server rather than on the CPU, so pytest runs them
 # in parallel workers (pytest-xdist); tests marked `timing` assert wall-clock bounds and run
 # alone afterwards. Extra arguments go to one plain pytest run instead (docs/testing.md).
@@ -22,9 +22,11 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
-# ruff and mypy need no cluster: mypy runs while the cluster starts
+# ruff, lint-imports (the layer contract in pyproject.toml) and mypy need no cluster: mypy runs
+# while the cluster starts
 python3 -m ruff check src tests benchmarks
 python3 -m ruff format --check src tests benchmarks examples
+lint-imports --no-cache >/tmp/launchers-lint-imports.log 2>&1 || { cat /tmp/launchers-lint-imports.log; exit 1; }
 python3 -m mypy >/tmp/launchers-mypy.log 2>&1 &
 mypy_pid=$!
 bash tests/cluster/start.sh >/tmp/launchers-cluster.env
@@ -35,7 +37,7 @@ set -a; source "$CLUSTER_DIR/env.sh"; set +a
 if ! wait "$mypy_pid"; then mypy_pid=; cat /tmp/launchers-mypy.log; exit 1; fi
 mypy_pid=
 cat /tmp/launchers-mypy.log
-stage "ruff and mypy clean"
+stage "ruff, lint-imports and mypy clean"
 if [[ $# -gt 0 ]]; then
   python3 -m pytest -q "$@"
   exit

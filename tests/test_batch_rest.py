@@ -39,9 +39,9 @@ from launchers.config.model import (
     UnicoreSite,
 )
 from launchers.errors import LaunchersError
-from launchers.jobs.loop import run_sync
 from launchers.remote.firecrest import FirecrestLauncher
 from launchers.remote.unicore import UnicoreLauncher
+from launchers.runtime.loop import run_sync
 from remote_fixtures import (  # noqa: F401 - fixtures
     FIRECREST_USER,
     UNICORE_USER,

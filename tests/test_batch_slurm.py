@@ -17,7 +17,7 @@ from launchers import JobState, SlurmLauncher, command, experiment
 from launchers.batch import queue as Q
 from launchers.batch.executor import BatchExecutor
 from launchers.config.model import SlurmGroup
-from launchers.jobs import executor as jobs_executor
+from launchers.runtime.core import current as current_runtime
 
 TESTS = Path(__file__).parent
 SRC = TESTS.parent / "src"
@@ -35,10 +35,7 @@ def inner() -> SlurmLauncher:
 
 
 def reset_executors() -> None:
-    for key in [
-        k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"
-    ]:
-        del jobs_executor._executors[key]
+    current_runtime().forget_executors("slurm")
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from launchers.batch.executor import BatchExecutor
 from launchers.config.loader import load_config
 from launchers.connectors import registry
 from launchers.errors import LaunchersError
-from launchers.jobs import executor as jobs_executor
+from launchers.runtime.core import current as current_runtime
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
 
@@ -27,10 +27,7 @@ def answer() -> int:
 
 
 def reset() -> None:
-    for key in [
-        k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"
-    ]:
-        del jobs_executor._executors[key]
+    current_runtime().forget_executors("slurm")
     registry.forget_all()
 
 

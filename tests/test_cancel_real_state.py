@@ -12,13 +12,14 @@ import pytest
 
 from launchers.config.model import LocalGroup
 from launchers.errors import ExperimentFailed
-from launchers.jobs.executor import StateUpdate, update_from_rc
 from launchers.jobs.experiment import experiment
 from launchers.jobs.job import Job
 from launchers.jobs.record import StateRecord, read_record, write_record
 from launchers.jobs.state import JobState
 from launchers.jobs.task import command
+from launchers.jobs.update import StateUpdate
 from launchers.local.launcher import DirectLauncher
+from launchers.runtime.executor import update_from_rc
 
 
 def _job(tmp_path: Path, rc: int, signal: int | None, *, cancel: bool) -> types.SimpleNamespace:

@@ -167,13 +167,11 @@ def test_status_refresh_then_clean_at_the_unicore_site(
 
 def _no_tracking(timeout: float = 10.0) -> None:
     """Wait until no tracker of this process follows a job any more (their loops have ended)."""
-    from launchers.jobs import executor as jobs_executor
+    from launchers.registry import all_executors
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        trackers = [
-            ex._tracker for ex in list(jobs_executor._executors.values()) if ex._tracker is not None
-        ]
+        trackers = [ex._tracker for ex in all_executors() if ex._tracker is not None]
         if all(t._task is None or t._task.done() for t in trackers):
             return
         time.sleep(0.05)

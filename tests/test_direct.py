@@ -21,6 +21,7 @@ from launchers.jobs.record import read_record, write_record
 from launchers.jobs.state import JobState
 from launchers.jobs.task import command
 from launchers.local.launcher import DirectLauncher
+from launchers.runtime.core import current as current_runtime
 
 TESTS = Path(__file__).parent
 
@@ -117,29 +118,27 @@ def test_reattach_and_rerun(tmp_path: Path) -> None:
         first = command(argv).submit()
         assert command(argv).submit() is first  # same task twice: the same Job
     # a second run (same process, fresh registry entry lookup) submits nothing
-    from launchers.jobs import job as job_module
-
-    job_module._jobs.clear()
+    current_runtime().forget_jobs()
     with experiment(tmp_path / "xp", direct()):
         again = command(argv).submit()
         assert again.state is JobState.COMPLETED and again.native_id == first.native_id
     assert marker.read_text() == "run\n"
     # force resubmits a COMPLETED job as attempt 2 (attempt 1's outputs archived)
     (tmp_path / "code").write_text("4")
-    job_module._jobs.clear()
+    current_runtime().forget_jobs()
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", direct()):
         forced = command(argv).submit(force=True)
     assert forced.attempt == 2 and forced.state is JobState.FAILED
     assert (forced.directory / "attempts" / "1" / "job.rc").exists()
     assert "attempt 2" in forced.stdout_path.read_text()
     # rerun_failed=False returns the failed job without running it
-    job_module._jobs.clear()
+    current_runtime().forget_jobs()
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", direct(), rerun_failed=False):
         kept = command(argv).submit()
         assert kept.state is JobState.FAILED and kept.attempt == 2
     # default: a failed job is re-run as attempt 3
     (tmp_path / "code").write_text("0")
-    job_module._jobs.clear()
+    current_runtime().forget_jobs()
     with experiment(tmp_path / "xp", direct()):
         rerun = command(argv).submit()
     assert rerun.attempt == 3 and rerun.state is JobState.COMPLETED
@@ -352,9 +351,7 @@ def test_exception_leaves_jobs_running(tmp_path: Path) -> None:
             time.sleep(0.02)
         raise KeyboardInterrupt  # as a Ctrl-C would: nothing is cancelled, nothing waited for
     assert not job.state.is_final
-    from launchers.jobs import job as job_module
-
-    job_module._jobs.clear()  # as in a new process
+    current_runtime().forget_jobs()  # as in a new process
     with experiment(tmp_path / "xp", direct(), progress=False):
         again = command(argv).submit()
         assert again.native_id == job.native_id  # re-attached, not resubmitted

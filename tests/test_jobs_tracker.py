@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from launchers.jobs.executor import Executor, StateUpdate
 from launchers.jobs.job import Job
-from launchers.jobs.loop import call_soon, run_sync
 from launchers.jobs.progress import change_line, summary_line
 from launchers.jobs.record import StateRecord
 from launchers.jobs.state import JobState
+from launchers.jobs.update import StateUpdate
+from launchers.runtime.executor import Executor
+from launchers.runtime.loop import call_soon, run_sync
 
 
 class Scripted(Executor):

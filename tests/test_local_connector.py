@@ -1,5 +1,5 @@
 """The local connector's commands (followed by the loop through a pidfd, or by a thread each) and
-``jobs.loop.blocking`` (short file operations inline while the disk is fast)."""
+``runtime.loop.blocking`` (short file operations inline while the disk is fast)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pytest
 from launchers.connectors import local
 from launchers.connectors.local import LocalConnector
 from launchers.errors import ConnectorError
-from launchers.jobs import loop
+from launchers.runtime import loop
+from launchers.runtime.loopthread import LoopThread
 
 
 @pytest.fixture(params=["pidfd", "thread"])
@@ -142,11 +143,9 @@ def test_many_concurrent_commands(connector: LocalConnector) -> None:
 # -- blocking(): inline while fast, worker threads for a while after a slow call ----------------------
 
 
-def test_blocking_runs_inline_then_in_threads_after_a_slow_call(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(loop, "_threads_until", 0.0)
-    monkeypatch.setattr(loop, "INLINE_LIMIT", 0.05)  # a busy test machine cannot make a no-op slow
+def test_blocking_runs_inline_then_in_threads_after_a_slow_call() -> None:
+    lt = LoopThread()
+    lt.inline_limit = 0.05  # a busy test machine cannot make a no-op slow
     seen: list[bool] = []
 
     def where(delay: float = 0.0) -> None:
@@ -154,13 +153,13 @@ def test_blocking_runs_inline_then_in_threads_after_a_slow_call(
         time.sleep(delay)
 
     async def calls() -> None:
-        await loop.blocking(where)
-        await loop.blocking(where, loop.INLINE_LIMIT * 2)  # slow: the next ones go to threads
-        await loop.blocking(where)
+        await lt.blocking(where)
+        await lt.blocking(where, lt.inline_limit * 2)  # slow: the next ones go to threads
+        await lt.blocking(where)
 
     asyncio.run(calls())
     assert seen == [True, True, False]
-    monkeypatch.setattr(loop, "_threads_until", time.monotonic() - 1)  # the back-off is over
+    lt.threads_until = time.monotonic() - 1  # the back-off is over
     seen.clear()
     asyncio.run(calls())
     assert seen[0] is True

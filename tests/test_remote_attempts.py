@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from launchers.cli.main import main
-from launchers.jobs import job as job_module
 from launchers.jobs.record import archive_attempt, read_record, write_record
 from launchers.jobs.state import JobState
+from launchers.runtime.core import current as current_runtime
 from remote_fixtures import (  # noqa: F401 - fixtures
     firecrest_server_fixture,
     make_project,
@@ -80,7 +80,7 @@ def test_a_crash_in_attempt_2_never_adopts_attempt_1(
             JobState.SUBMITTING, "simulated crash", job_name=name2, extra=extra
         ),
     )
-    job_module._jobs.pop(directory.absolute(), None)  # as in a new process
+    current_runtime().forget_job(directory.absolute())  # as in a new process
     t0 = time.monotonic()
     rc = main(args)
     err = capfdbinary.readouterr()[1].decode()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from launchers.cli.main import main
+from launchers.runtime.core import current as current_runtime
 from remote_fixtures import (  # noqa: F401 - fixtures
     FIRECREST_SECRET,
     FIRECREST_USER,
@@ -225,7 +226,7 @@ def test_experiment_with_find_launcher_firecrest_group(
     """An experiment script whose firecrest group is chosen by ``find_launcher``; cancelling a
     job that just finished is not an error (firecrest-v2#159: 500)."""
     from launchers import command, experiment, find_launcher
-    from launchers.jobs.loop import run_sync
+    from launchers.runtime.loop import run_sync
 
     server = firecrest_server
     from remote_fixtures import FIRECREST_ID
@@ -283,7 +284,6 @@ def test_reconcile_after_a_crash_adopts_the_named_job(
     """A record left SUBMITTING adopts the job found by its unique name (no second submission)."""
     from launchers import command, experiment
     from launchers.config.model import FirecrestGroup, FirecrestSite, Position
-    from launchers.jobs import job as job_module
     from launchers.jobs.record import read_record, write_record
     from launchers.jobs.state import JobState
     from launchers.remote.firecrest import FirecrestLauncher
@@ -303,7 +303,7 @@ def test_reconcile_after_a_crash_adopts_the_named_job(
     write_record(
         first.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None)
     )
-    job_module._jobs.pop(first.directory, None)
+    current_runtime().forget_job(first.directory)
     with experiment(tmp_path / "xp", launcher):
         again = task.submit()
     assert again.state is JobState.COMPLETED and again.native_id == first.native_id
@@ -317,7 +317,6 @@ def test_two_workdirs_never_share_a_run_directory_or_a_job(
     recovery in one adopts its own job, not the other's older job of the same name."""
     from launchers import command, experiment
     from launchers.config.model import FirecrestGroup, FirecrestSite, Position
-    from launchers.jobs import job as job_module
     from launchers.jobs.record import read_record, write_record
     from launchers.jobs.state import JobState
     from launchers.remote.firecrest import FirecrestLauncher
@@ -344,7 +343,7 @@ def test_two_workdirs_never_share_a_run_directory_or_a_job(
     write_record(
         b.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None)
     )
-    job_module._jobs.pop(b.directory, None)
+    current_runtime().forget_job(b.directory)
     with experiment(tmp_path / "b", launcher):
         again = task.submit()
     assert again.native_id == b.native_id != a.native_id

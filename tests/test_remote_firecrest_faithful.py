@@ -17,6 +17,7 @@ from launchers.cli.main import main
 from launchers.remote.firecrest_executor import block_at, download_fits, exact_prefix, view_window
 from launchers.remote.plan import plan_run
 from launchers.remote.script import attempt_job_name, empty_files_line
+from launchers.runtime.core import current as current_runtime
 from remote_fixtures import (  # noqa: F401 - fixtures
     FIRECREST_USER,
     firecrest_server_fixture,
@@ -220,7 +221,6 @@ def test_reconcile_finds_the_job_by_name_on_both_versions(
 
     monkeypatch.setattr(FirecrestExecutor, "list_from", 1)
     from launchers.config.model import FirecrestGroup, FirecrestSite, Position
-    from launchers.jobs import job as job_module
     from launchers.jobs.record import read_record, write_record
     from launchers.jobs.state import JobState
     from launchers.remote.firecrest import FirecrestLauncher
@@ -254,7 +254,7 @@ def test_reconcile_finds_the_job_by_name_on_both_versions(
     write_record(
         first.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None)
     )
-    job_module._jobs.pop(first.directory, None)
+    current_runtime().forget_job(first.directory)
     t0 = time.monotonic()
     with experiment(tmp_path / "xp", launcher):
         again = task.submit()

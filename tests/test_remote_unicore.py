@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from launchers.cli.main import main
+from launchers.runtime.core import current as current_runtime
 from remote_fixtures import (  # noqa: F401 - fixtures
     UNICORE_PASSWORD,
     all_text,
@@ -324,7 +325,6 @@ def test_reconcile_after_a_crash_adopts_the_tagged_job(
     with its run id instead of submitting a second one."""
     from launchers import command, experiment
     from launchers.config.model import Position, UnicoreGroup, UnicoreSite
-    from launchers.jobs import job as job_module
     from launchers.jobs.record import read_record, write_record
     from launchers.jobs.state import JobState
     from launchers.remote.unicore import UnicoreLauncher
@@ -347,7 +347,7 @@ def test_reconcile_after_a_crash_adopts_the_tagged_job(
             JobState.SUBMITTING, "simulated crash", native_id=None, extra={"unicore_url": None}
         ),
     )
-    job_module._jobs.pop(first.directory, None)  # a new process would not know the job
+    current_runtime().forget_job(first.directory)  # a new process would not know the job
     with experiment(tmp_path / "xp", launcher):
         again = task.submit()
     assert again is not first and again.state is JobState.COMPLETED

@@ -14,18 +14,15 @@ from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experi
 from launchers.config.loader import load_config
 from launchers.connectors import registry
 from launchers.connectors.ssh import SSHConnector
-from launchers.jobs import executor as jobs_executor
-from launchers.jobs.loop import run_sync
+from launchers.runtime.core import current as current_runtime
+from launchers.runtime.loop import run_sync
 from test_ssh_connector import OWN_SSHD_PORT, OwnSSHD, host_key_line
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
 
 
 def reset() -> None:
-    for key in [
-        k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"
-    ]:
-        del jobs_executor._executors[key]
+    current_runtime().forget_executors("slurm")
     registry.forget_all()
 
 
@@ -68,9 +65,7 @@ def launcher(path: Path) -> SlurmLauncher:
 
 
 def executor_commands() -> dict[str, int]:
-    (ex,) = [
-        e for k, e in jobs_executor._executors.items() if isinstance(k, tuple) and k[0] == "slurm"
-    ]
+    (ex,) = current_runtime().executors_of("slurm")
     return dict(ex.commands)
 
 

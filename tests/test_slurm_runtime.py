@@ -18,8 +18,8 @@ import pytest
 import launchers.slurm.executor as sx
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
 from launchers.config.model import SlurmGroup
-from launchers.jobs import executor as jobs_executor
 from launchers.jobs.record import StateRecord, job_directory, now_iso, write_record
+from launchers.runtime.core import current as current_runtime
 
 TESTS = Path(__file__).parent
 SRC = TESTS.parent / "src"
@@ -35,10 +35,7 @@ def make_launcher(**group: Any) -> SlurmLauncher:
 
 def reset_executors() -> None:
     """Executors are per process; tests that switch cluster (SLURM_CONF) start afresh."""
-    for key in [
-        k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"
-    ]:
-        del jobs_executor._executors[key]
+    current_runtime().forget_executors("slurm")
 
 
 @pytest.fixture
@@ -146,7 +143,7 @@ def test_dependency_failing_later_is_unrunnable(
 def test_pending_jobs_one_query_per_cycle(cluster: dict[str, str], tmp_path: Path) -> None:
     """Held (pending) jobs: sacct alone in every cycle while they have pended for less than
     FATAL_CONFIRM / 2 (30 s); squeue's live reasons are read only for long-pending jobs."""
-    from launchers.jobs.loop import run_sync
+    from launchers.runtime.loop import run_sync
 
     L = make_launcher().config(sbatch_options={"hold": True})
     with pytest.raises(ExperimentFailed), experiment(tmp_path, L) as xp:

@@ -15,7 +15,7 @@ import pytest
 import launchers.slurm.executor as sx
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
 from launchers.config.model import SlurmGroup
-from launchers.jobs import executor as jobs_executor
+from launchers.runtime.core import current as current_runtime
 
 CLUSTER = Path(__file__).parent / "cluster"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -58,10 +58,7 @@ def noacct_cluster() -> Iterator[dict[str, str]]:
 
 
 def _reset() -> None:
-    for key in [
-        k for k in jobs_executor._executors if isinstance(k, tuple) and k and k[0] == "slurm"
-    ]:
-        del jobs_executor._executors[key]
+    current_runtime().forget_executors("slurm")
 
 
 @pytest.fixture

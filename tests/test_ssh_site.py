@@ -20,9 +20,9 @@ from launchers.cli.main import main
 from launchers.config.model import SSHConnectorConfig
 from launchers.connectors.ssh import SSHAuthenticationError, SSHConnector, private_key_from
 from launchers.errors import AuthenticationError, ConfigurationError
-from launchers.jobs import executor as jobs_executor
 from launchers.remote.backend_config import load_backend_config, to_launcher
 from launchers.remote.ssh_site import SSHSite, check_credentials
+from launchers.runtime.core import current as current_runtime
 
 MANTIK_VARS = ("MANTIK_SSH_USERNAME", "MANTIK_SSH_PASSWORD", "MANTIK_SSH_PRIVATE_KEY")
 
@@ -297,14 +297,14 @@ def test_dry_run_shows_site_options_and_script(
 
 
 def _reset() -> None:
-    from launchers.jobs.loop import run_sync
+    from launchers.runtime.loop import run_sync
 
-    for key, ex in list(jobs_executor._executors.items()):
-        if isinstance(key, tuple) and (key[:1] == ("ssh",) or key[:2] == ("record", "ssh")):
-            del jobs_executor._executors[key]
-            connector = getattr(ex, "_connector", None)
-            if connector is not None:
-                run_sync(connector.close(), timeout=10)
+    executors = current_runtime().executors_of("ssh")
+    current_runtime().forget_executors("ssh")
+    for ex in executors:
+        connector = getattr(ex, "_connector", None)
+        if connector is not None:
+            run_sync(connector.close(), timeout=10)
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ import pytest
 
 from launchers.config.loader import load_config
 from launchers.errors import LaunchersError
-from launchers.jobs import tokens
 from launchers.jobs.experiment import experiment
 from launchers.jobs.proc import ProcessId
 from launchers.jobs.task import command
+from launchers.local import tokens
 from launchers.local.launcher import DirectLauncher
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from ._version import __version__ as __version__
 from .errors import (
     AuthenticationError,
     ConfigurationError,
@@ -23,8 +24,6 @@ from .errors import (
     TaskError,
 )
 from .language.values import cpu, cuda_gpu, duration, gpu, mps
-
-__version__ = "0.1.0"
 
 _LAZY = {
     "parse": "launchers.language.parser",

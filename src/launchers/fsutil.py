@@ -6,8 +6,11 @@ over the target, and the directory is fsynced so the rename itself survives a cr
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +99,14 @@ def read_json(path: str | os.PathLike[str]) -> Any:
             return json.load(f)
     except FileNotFoundError:
         return None
+
+
+@contextlib.contextmanager
+def directory_lock(path: Path) -> Iterator[None]:
+    """Hold ``flock`` on ``path`` (the job directory's ``.lock``) for the block."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

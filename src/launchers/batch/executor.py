@@ -19,16 +19,24 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
+from ..config.loader import load_config
+from ..connectors.registry import get_connector
 from ..errors import LaunchersError
-from ..jobs.executor import Executor, StateUpdate
-from ..jobs.job import directory_lock
+from ..fsutil import directory_lock
+from ..hooks import services
+from ..jobs.proc import ProcessId
 from ..jobs.record import read_record
 from ..jobs.state import JobState
 from ..jobs.task import KIND_COMMAND, command
+from ..jobs.update import StateUpdate
+from ..runtime.core import current
+from ..runtime.executor import Executor
+from ..runtime.loop import run_sync
+from ..slurm.launcher import SlurmLauncher
 from ..units import format_duration, parse_size, parse_slurm_time
 from . import queue as Q
 from . import runner as R
@@ -37,9 +45,9 @@ from .remote import RemoteQueue, RemoteSnapshot, connector_of, remote_base
 from .rest import RestQueue, check_rest_site, rest_queue, rest_queue_from_locator
 
 if TYPE_CHECKING:
-    from ..jobs.job import Job
     from ..jobs.task import Task
     from ..launcher import Launcher
+    from ..protocols import JobHandle
 
 log = logging.getLogger("launchers.batch")
 
@@ -217,9 +225,9 @@ class Shape:
     key: str
     queue: Path
     batch: BatchLauncher
-    pilots: list[Job] = attrs.field(factory=list)
+    pilots: list[JobHandle] = attrs.field(factory=list)
     longest: float = 0.0
-    jobs: dict[str, Job] = attrs.field(factory=dict)
+    jobs: dict[str, JobHandle] = attrs.field(factory=dict)
     refused_pilot: str | None = None
     #: the queue on the far side of an SSH connector or a REST API (None: the local queue is the queue)
     remote: RemoteQueue | RestQueue | None = None
@@ -235,8 +243,6 @@ def _pilot_slurm_launcher(
     inner: Any, batch: BatchLauncher, res: Resources, slots: int, walltime: float
 ) -> Any:
     """The inner Slurm launcher resized for ``slots`` tasks and the walltime, warned with USR1."""
-    from ..slurm.launcher import SlurmLauncher
-
     changes: dict[str, Any] = {"cpus_per_task": res.cpus * slots, "time": int(walltime)}
     if res.memory:
         changes["mem"] = f"{-(-res.memory * slots // (1024 * 1024))}M"
@@ -266,8 +272,6 @@ def _pilot_slurm_launcher(
 
 
 def _pilot_class() -> Any:
-    from ..slurm.launcher import SlurmLauncher
-
     @attrs.frozen(kw_only=True)
     class _Pilot(SlurmLauncher):
         """A Slurm launcher for pilots: USR1 ``drain_margin`` before the end, never requeued."""
@@ -355,7 +359,7 @@ class BatchExecutor(Executor):
 
     # -- submission -----------------------------------------------------------------------------
 
-    def _entry(self, job: Job, batch: BatchLauncher, res: Resources) -> dict[str, Any]:
+    def _entry(self, job: JobHandle, batch: BatchLauncher, res: Resources) -> dict[str, Any]:
         task = job.task
         if task is None:
             raise LaunchersError(f"job {job.task_id}: the task is unknown, cannot queue it")
@@ -385,7 +389,7 @@ class BatchExecutor(Executor):
             "max_attempts": batch.max_attempts,
         }
 
-    async def submit(self, job: Job) -> None:
+    async def submit(self, job: JobHandle) -> None:
         batch = job.launcher
         if not isinstance(batch, BatchLauncher):
             raise LaunchersError(f"job {job.task_id}: not submitted through a BatchLauncher")
@@ -431,7 +435,7 @@ class BatchExecutor(Executor):
         )
         await self._manage(shape, await self._scan(shape))
 
-    async def reconcile(self, job: Job) -> None:
+    async def reconcile(self, job: JobHandle) -> None:
         """A record left in SUBMITTING (crash around publication): adopt the entry when the
         queue has it (pending, running or done), publish only when it does not."""
         batch = job.launcher
@@ -461,13 +465,11 @@ class BatchExecutor(Executor):
 
     # -- pilots ---------------------------------------------------------------------------------
 
-    def _active(self, shape: Shape) -> list[Job]:
+    def _active(self, shape: Shape) -> list[JobHandle]:
         return [p for p in shape.pilots if p.state in ACTIVE]
 
     def _adopt_pilots(self, shape: Shape) -> None:
         """Pilots submitted by other processes (or an earlier run) that are not final."""
-        from ..jobs.job import Job
-
         known = {p.directory for p in shape.pilots}
         root = shape.queue / "pilots"
         if not root.is_dir():
@@ -483,7 +485,7 @@ class BatchExecutor(Executor):
                 continue
             inner = shape.batch.inner
             executor = inner.executor()
-            pilot = Job(None, d, rec, launcher=inner, executor=executor)
+            pilot = services().adopt(d, rec, inner)
             # another live process owns it: only observe its state.json
             pilot.observer = rec.state in (
                 JobState.WAITING,
@@ -495,8 +497,6 @@ class BatchExecutor(Executor):
 
     @staticmethod
     def _owned_elsewhere(rec: Any) -> bool:
-        from ..jobs.proc import ProcessId
-
         owner = ProcessId.from_json(rec.extra.get("owner"))
         return owner is not None and owner.pid != os.getpid() and owner.is_alive()
 
@@ -526,8 +526,6 @@ class BatchExecutor(Executor):
             self._submit_pilot(shape)
 
     def _submit_pilot(self, shape: Shape) -> None:
-        from ..jobs.job import _attach
-
         batch = shape.batch
         inner = batch.inner
         res = task_resources(inner)
@@ -575,9 +573,7 @@ class BatchExecutor(Executor):
         else:
             launcher = inner
         directory = root / str(n)
-        pilot = _attach(
-            task, directory, launcher, launcher.executor(), force=False, rerun_failed=False
-        )
+        pilot = services().attach(task, directory, launcher)
         shape.pilots.append(pilot)
         self.pilots_submitted += 1
         log.info(
@@ -590,7 +586,7 @@ class BatchExecutor(Executor):
 
     # -- tracking -------------------------------------------------------------------------------
 
-    def _shape_of_job(self, job: Job) -> Shape | None:
+    def _shape_of_job(self, job: JobHandle) -> Shape | None:
         info = job.record.extra.get("batch") or {}
         queue = info.get("queue")
         if not queue:
@@ -608,9 +604,9 @@ class BatchExecutor(Executor):
             shape.jobs.setdefault(job.task_id, job)
         return shape
 
-    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
-        by_shape: dict[str, list[Job]] = {}
-        out: dict[Job, StateUpdate] = {}
+    async def poll(self, jobs: Sequence[JobHandle]) -> Mapping[JobHandle, StateUpdate]:
+        by_shape: dict[str, list[JobHandle]] = {}
+        out: dict[JobHandle, StateUpdate] = {}
         for job in jobs:
             shape = self._shape_of_job(job)
             if shape is not None:
@@ -644,7 +640,11 @@ class BatchExecutor(Executor):
         return out
 
     async def _poll_remote_shape(
-        self, shape: Shape, snap: Q.Snapshot, mine: list[Job], out: dict[Job, StateUpdate]
+        self,
+        shape: Shape,
+        snap: Q.Snapshot,
+        mine: list[JobHandle],
+        out: dict[JobHandle, StateUpdate],
     ) -> None:
         """One remote shape's cycle: states from the one-command scan, outputs copied back on the end."""
         assert shape.remote is not None
@@ -738,7 +738,7 @@ class BatchExecutor(Executor):
             await self._manage(shape, snap)
 
     @staticmethod
-    def _tag_of(shape: Shape, pilot: Job) -> str | None:
+    def _tag_of(shape: Shape, pilot: JobHandle) -> str | None:
         """A pilot's ``--pilot`` tag, from its task or, for an adopted pilot, its params.json."""
         tag = shape.tags.get(pilot.directory)
         if tag is None:
@@ -775,7 +775,11 @@ class BatchExecutor(Executor):
         return str(native) if native is not None else None
 
     def _fail_if_pilot_refused(
-        self, shape: Shape, snap: Q.Snapshot, mine: list[Job], out: dict[Job, StateUpdate]
+        self,
+        shape: Shape,
+        snap: Q.Snapshot,
+        mine: list[JobHandle],
+        out: dict[JobHandle, StateUpdate],
     ) -> bool:
         """A pilot refused at submission (no id): this process's pending tasks fail with its
         message (no retry loop against a request the scheduler refuses). True if any failed."""
@@ -792,7 +796,7 @@ class BatchExecutor(Executor):
         shape.pilots = [p for p in shape.pilots if p not in refused]
         return failed
 
-    def _update(self, shape: Shape, snap: Q.Snapshot, job: Job) -> StateUpdate | None:
+    def _update(self, shape: Shape, snap: Q.Snapshot, job: JobHandle) -> StateUpdate | None:
         tid = job.task_id
         if tid in snap.done:
             done = Q.read_done(shape.queue, tid)
@@ -822,7 +826,7 @@ class BatchExecutor(Executor):
             )
         return None
 
-    async def _orphan_update(self, job: Job) -> StateUpdate | None:
+    async def _orphan_update(self, job: JobHandle) -> StateUpdate | None:
         """A job with no launcher here: its owner's record when that moved on, else its
         ``done/`` entry read from the queue (local, or through the recorded locator)."""
         if job.refresh() or job.state.is_final:
@@ -843,7 +847,7 @@ class BatchExecutor(Executor):
         native = entry.get("native_id")
         return str(native) if native is not None else None
 
-    def _final(self, job: Job, done: Mapping[str, Any]) -> StateUpdate:
+    def _final(self, job: JobHandle, done: Mapping[str, Any]) -> StateUpdate:
         name = str(done.get("state") or "CANCELLED")
         try:
             state = JobState[name]
@@ -871,7 +875,7 @@ class BatchExecutor(Executor):
 
     # -- cancel ---------------------------------------------------------------------------------
 
-    async def cancel(self, jobs: Sequence[Job]) -> None:
+    async def cancel(self, jobs: Sequence[JobHandle]) -> None:
         for job in jobs:
             info = job.record.extra.get("batch") or {}
             queue = info.get("queue")
@@ -902,6 +906,10 @@ class BatchExecutor(Executor):
                         reason="cancelled on request",
                     )
                 )
+
+    def cancel_launcher_sync(self, batch: BatchLauncher) -> None:
+        """``cancel_launcher`` from a user thread (``BatchLauncher.cancel``)."""
+        run_sync(self.cancel_launcher(batch))
 
     async def cancel_launcher(self, batch: BatchLauncher) -> None:
         """Cancel every pilot of ``batch``'s shapes (one request) and its unclaimed tasks."""
@@ -944,15 +952,9 @@ class BatchExecutor(Executor):
                     job.cancel_requested = True
 
 
-_executor: BatchExecutor | None = None
-
-
 def create_executor(launcher: Launcher) -> BatchExecutor:
-    """The process's batch executor."""
-    global _executor
-    if _executor is None:
-        _executor = BatchExecutor()
-    return _executor
+    """The process's batch executor (the registry keeps one: ``executor_key``)."""
+    return BatchExecutor()
 
 
 def executor_key(launcher: Launcher) -> tuple[str]:
@@ -976,9 +978,6 @@ def queue_from_locator(task_id: str, locator: Any) -> RemoteQueue | RestQueue:
         )
     kind = locator.get("kind")
     if kind == "ssh":
-        from ..config.loader import load_config
-        from ..connectors.registry import get_connector
-
         connector = get_connector(str(locator.get("connector")), load_config(locator.get("config")))
         return RemoteQueue(connector, str(locator.get("path")), config_file=locator.get("config"))
     if kind in REST_KINDS:
@@ -987,8 +986,8 @@ def queue_from_locator(task_id: str, locator: Any) -> RemoteQueue | RestQueue:
 
 
 def executor_from_record(info: Mapping[str, Any], record: object) -> BatchExecutor:
-    """The executor that cancels a batched job known only from its record."""
-    return create_executor(None)  # type: ignore[arg-type]
+    """The executor that cancels a batched job known only from its record: the process's one."""
+    return cast(BatchExecutor, current().executor(("batch",), BatchExecutor))
 
 
 __all__ = [

@@ -24,8 +24,9 @@ from typing import Any
 import attrs
 import yaml
 
-from ..errors import LaunchersError
+from ..errors import ExperimentFailed, LaunchersError
 from ..fsutil import atomic_write_text
+from ..jobs.experiment import experiment
 from ..jobs.state import JobState
 from ..jobs.task import command
 from .templates import SCRIPT_NAME, TemplateError, render
@@ -368,9 +369,6 @@ class HpcBatchServer:
         self, *, once: bool = False, interval: float = 1.0, stop_when_idle: float | None = None
     ) -> None:
         """Run until interrupted (``once``: until the dropbox is empty and nothing runs)."""
-        from ..errors import ExperimentFailed
-        from ..jobs.experiment import experiment
-
         self.workdir.mkdir(parents=True, exist_ok=True)
         idle_since = time.monotonic()
         with (

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..connectors.registry import get_connector
 from ..errors import ConnectorError, LaunchersError
 from . import queue as Q
 from . import runner as R
@@ -129,8 +130,8 @@ def parse_scan(text: str) -> RemoteSnapshot:
 
 def connector_of(inner: Any) -> Connector:
     """The connector an inner launcher runs through (its group's launchers.yaml gives its settings)."""
+    # lazy: the configuration loader (~80 ms to import) only for a connector
     from ..config.loader import load_config
-    from ..connectors.registry import get_connector
 
     path = getattr(getattr(getattr(inner, "group", None), "position", None), "file", None)
     return get_connector(str(inner.connector), load_config(path))

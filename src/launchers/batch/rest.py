@@ -26,6 +26,11 @@ from urllib.parse import quote
 import attrs
 
 from ..errors import ConnectorError, LaunchersError
+from ..remote.firecrest_executor import firecrest_transient
+from ..remote.firecrest_kind import executor_from_record as firecrest_from_record
+from ..remote.http import status_of, with_retries
+from ..remote.unicore_executor import executor_from_record as unicore_from_record
+from ..remote.unicore_executor import unicore_action_path, unicore_path
 from . import queue as Q
 from . import runner as R
 from .remote import OUTPUTS, RemoteSnapshot, pending_entry
@@ -379,14 +384,10 @@ class UnicoreQueue(RestQueue):
         }
 
     def _retry(self, fn: Any, what: str) -> Any:
-        from ..remote.http import with_retries
-
         ex = self._ex()
         return with_retries(fn, f"UNICORE {ex.site.url}: {what}", tries=4, secrets=ex._secrets)
 
     def _url(self, rel: str) -> str:
-        from ..remote.unicore_executor import unicore_path
-
         path = posixpath.join(self.rel, rel) if rel else self.rel
         return f"{self._files_url}/{unicore_path(path)}"  # the site decodes file paths twice
 
@@ -415,8 +416,6 @@ class UnicoreQueue(RestQueue):
         self.path = posixpath.join(mount.rstrip("/") or "/", self.rel)
 
     def list_sync(self, rel: str) -> list[str] | None:
-        from ..remote.http import status_of
-
         try:
             props = self._retry(
                 lambda: self._ex()._get(self._url(rel), headers={"Accept": "application/json"}),
@@ -429,8 +428,6 @@ class UnicoreQueue(RestQueue):
         return [posixpath.basename(str(k).rstrip("/")) for k in (props.get("content") or {})]
 
     def read_sync(self, rel: str) -> bytes | None:
-        from ..remote.http import status_of
-
         def get() -> bytes | None:
             try:
                 resp = self._ex()._get(
@@ -474,7 +471,6 @@ class UnicoreQueue(RestQueue):
 
     def rename_sync(self, src: str, dst: str) -> bool:
         transport = self._ex().client().transport
-        from ..remote.unicore_executor import unicore_action_path
 
         body = {
             "from": unicore_action_path(posixpath.join(self.rel, src)),
@@ -520,8 +516,6 @@ class FirecrestQueue(RestQueue):
 
     def _missing(self, fn: Any, what: str) -> Any:
         """``fn(client)``, or None when the site answers 404 (no such file)."""
-        from ..remote.firecrest_executor import firecrest_transient
-        from ..remote.http import status_of, with_retries
 
         ex = self._ex()
         try:
@@ -602,8 +596,6 @@ def rest_queue_from_locator(task_id: str, locator: Mapping[str, Any]) -> RestQue
     kind = str(locator.get("kind"))
     record: Any = _SiteRecord(task_id, {f"{kind}_site": locator.get("site")})
     if kind == "unicore":
-        from ..remote.unicore_executor import executor_from_record as unicore_from_record
-
         ex_u = unicore_from_record({}, record)
         return UnicoreQueue(
             executor=ex_u,
@@ -611,8 +603,6 @@ def rest_queue_from_locator(task_id: str, locator: Mapping[str, Any]) -> RestQue
             rel=str(locator.get("rel")),
         )
     if kind == "firecrest":
-        from ..remote.firecrest_executor import executor_from_record as firecrest_from_record
-
         ex_f = firecrest_from_record({}, record)
         return FirecrestQueue(executor=ex_f, key=str(locator.get("key")))
     raise LaunchersError(f"job {task_id}: no REST batch queue for {kind!r}")

@@ -4,9 +4,12 @@ compatibility mode, and a view of a queue directory (batching.md §3.2, §3.6, �
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from ..errors import ConfigurationError, LaunchersError
 
@@ -67,8 +70,6 @@ def register(subparsers: Any) -> None:
 
 def parse_vars(items: list[str]) -> dict[str, str]:
     """``NAME=VALUE`` pairs; names as template placeholders."""
-    import re
-
     out = {}
     for item in items:
         name, sep, value = item.partition("=")
@@ -82,6 +83,7 @@ def parse_vars(items: list[str]) -> dict[str, str]:
 
 def group_launcher(group_id: str, config_path: str | None, requirements: str | None) -> Any:
     """The batch launcher of a configuration group (its ``batch:`` options, else the defaults)."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..batch.launcher import BatchLauncher
     from ..finder.search import _try_group, config_of, requirements_of
     from ..language.values import HostRequirement
@@ -102,8 +104,6 @@ def group_launcher(group_id: str, config_path: str | None, requirements: str | N
     options: dict[str, Any] = {}
     batch = getattr(group, "batch", None)
     if batch is not None:
-        import attrs
-
         options = {k: v for k, v in attrs.asdict(batch).items() if v is not None}
     return launcher if isinstance(launcher, BatchLauncher) else launcher.batched(**options)
 
@@ -116,6 +116,7 @@ def serve(args: argparse.Namespace) -> int:
         )
     launcher = group_launcher(args.launcher, args.config, args.requirements)
     if args.hpc_batch:
+        # lazy: loaded when this subcommand runs, not at every CLI start
         from ..batch.hpc_batch import HpcBatchServer
 
         if not args.templates:
@@ -138,9 +139,10 @@ def serve(args: argparse.Namespace) -> int:
 
 def serve_queue(queue: Path, launcher: Any, *, once: bool = False) -> int:
     """Keep one queue served: pilots while tasks are pending, lost claims re-queued."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..batch import queue as Q
     from ..batch.executor import BatchExecutor, Shape
-    from ..jobs.loop import run_sync
+    from ..runtime.loop import run_sync
 
     Q.ensure_queue(queue)
     executor = launcher.executor()
@@ -173,6 +175,7 @@ def _ago(seconds: float) -> str:
 
 def status(args: argparse.Namespace) -> int:
     """``batch status QUEUE``."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..batch import queue as Q
     from ..jobs.record import read_rc, read_record
 
@@ -222,6 +225,7 @@ def status(args: argparse.Namespace) -> int:
 
 def cancel(args: argparse.Namespace) -> int:
     """``batch cancel QUEUE TASK...``."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..batch import queue as Q
 
     queue = Path(args.queue)

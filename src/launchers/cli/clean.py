@@ -12,9 +12,9 @@ import sys
 from typing import Any
 
 from ..errors import LaunchersError
-from ..jobs.executor import StateUpdate
 from ..jobs.record import now_iso
-from .jobs import resolve_job
+from ..jobs.update import StateUpdate
+from .jobdirs import resolve_job
 
 #: seconds allowed for one DELETE at the site
 DESTROY_TIMEOUT = 60.0
@@ -38,9 +38,10 @@ def register(subparsers: Any) -> None:
 
 def clean_one(job: Any) -> tuple[bool, str]:
     """Destroy one job at its site when that applies: (success, message for the user)."""
-    from ..jobs.executor import executor_for_record
-    from ..jobs.loop import run_sync
+    # lazy: loaded when this subcommand runs, not at every CLI start
+    from ..registry import executor_for_record
     from ..remote.http import status_of
+    from ..runtime.loop import run_sync
 
     rec = job.record
     kind = str(dict(rec.launcher).get("kind") or "?")
@@ -76,6 +77,7 @@ def clean_one(job: Any) -> tuple[bool, str]:
 
 def run_clean(args: argparse.Namespace) -> int:
     """Clean every RUN; exit 0 when all could be cleaned (or had nothing to clean), else 1."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..jobs.job import load_job
 
     status = 0

@@ -64,6 +64,7 @@ def launcher_text(launcher: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Search and print; ``LauncherNotFoundError`` becomes exit status 1."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..finder.search import config_of, explain_search, find_launcher
 
     config = config_of(args.config)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,8 @@ from typing import Any
 from ..errors import LaunchersError
 from ..jobs.record import StateRecord, read_record
 from ..jobs.state import JobState
+from .jobdirs import job_dirs, resolve_job
+from .status import refresh
 
 COLUMNS = ("TASK ID", "STATE", "NATIVE ID", "ATTEMPT", "REASON")
 
@@ -78,45 +79,6 @@ def register(subparsers: Any) -> None:
 
 
 # -- finding jobs ---------------------------------------------------------------------------------
-
-
-def job_dirs(workdir: str | os.PathLike[str]) -> list[Path]:
-    """Every ``WORKDIR/jobs/NAME/DIGEST`` holding a ``state.json``, sorted by path."""
-    root = Path(workdir).expanduser() / "jobs"
-    if not root.is_dir():
-        if not Path(workdir).expanduser().is_dir():
-            raise LaunchersError(f"{workdir}: no such directory")
-        return []
-    return sorted(p.parent for p in root.glob("*/*/state.json"))
-
-
-def resolve_job(ref: str, workdir: str | os.PathLike[str]) -> Path:
-    """The job directory named by ``ref`` (a path, task id, digest or unique prefix, or the run
-    id ``NAME-DIGEST-PLACE`` that ``launchers run`` prints)."""
-    path = Path(ref).expanduser()
-    if (path / "state.json").is_file():
-        return path.absolute()
-    matches = []
-    dirs = job_dirs(workdir)
-    for d in dirs:
-        task_id = f"{d.parent.name}-{d.name}"
-        if task_id.startswith(ref) or d.name.startswith(ref):
-            matches.append(d)
-    if not matches:
-        from ..remote.script import run_id_for
-
-        matches = [
-            d
-            for d in dirs
-            if ref.startswith(f"{d.parent.name}-{d.name}-")
-            and run_id_for(f"{d.parent.name}-{d.name}", d.absolute()) == ref
-        ]
-    if not matches:
-        raise LaunchersError(f"no job {ref!r} under {Path(workdir).expanduser() / 'jobs'}")
-    if len(matches) > 1:
-        names = ", ".join(f"{d.parent.name}-{d.name}" for d in matches[:5])
-        raise LaunchersError(f"{ref!r} matches {len(matches)} jobs ({names}); give more of the id")
-    return matches[0].absolute()
 
 
 def _records(workdir: str) -> list[tuple[Path, StateRecord]]:
@@ -189,6 +151,7 @@ def run_jobs(args: argparse.Namespace) -> int:
 
 
 def run_cancel(args: argparse.Namespace) -> int:
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..jobs.job import load_job
 
     if args.all and args.jobs:
@@ -276,8 +239,8 @@ class SiteFollower:
 
     def step(self, rec: StateRecord) -> bool:
         """One refresh unless another process owns the job; True once the job is final."""
+        # lazy: loaded when this subcommand runs, not at every CLI start
         from ..jobs.job import load_job, owner_alive
-        from .status import refresh
 
         if owner_alive(rec):
             self.delay = 0.5

@@ -12,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from .._version import __version__
 from ..errors import LaunchersError
 
 #: Command modules, in the order ``launchers --help`` lists them.
@@ -40,8 +41,6 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="launchers", description="Decide where a compute job runs, then run it.")
-    from .. import __version__
-
     parser.add_argument("--version", action="version", version=f"launchers {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:

@@ -7,13 +7,11 @@ itself is ``launchers.remote.submit.run_project(plan, follow=..., cancel_on_inte
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from ..errors import LaunchersError
 from ..units import format_size
 
 
@@ -97,6 +95,7 @@ def register(subparsers: Any) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Plan the run; print it with ``--dry-run``, else hand it to ``run_project``."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..remote.plan import plan_run
 
     plan = plan_run(
@@ -123,25 +122,16 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def submitter() -> Callable[..., int]:
-    """``launchers.remote.submit.run_project``, or a clear error while it is not available."""
-    try:
-        submit = importlib.import_module("launchers.remote.submit")
-    except ModuleNotFoundError as e:
-        if e.name in ("launchers.remote.submit",):
-            raise LaunchersError(
-                "submission is not available in this installation (launchers.remote.submit is missing); use --dry-run"
-            )
-        raise
-    func = getattr(submit, "run_project", None)
-    if func is None:
-        raise LaunchersError(
-            "submission is not available in this installation (launchers.remote.submit.run_project is missing); use --dry-run"
-        )
-    return func  # type: ignore[no-any-return,unused-ignore]
+    """``launchers.remote.submit.run_project`` (a seam: tests replace it)."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
+    from ..remote.submit import run_project
+
+    return run_project
 
 
 def print_plan(plan: Any, out: TextIO) -> None:
     """The ``--dry-run`` report: site, uploads, exclusions, description or script, command."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..remote.ssh_site import SSHSite
 
     site = plan.site

@@ -102,6 +102,7 @@ def _names(value: str | None) -> tuple[str, ...] | None:
 
 def run_convert(args: argparse.Namespace) -> int:
     """Convert stdin to stdout; warnings (such as nodes in no partition) go to stderr."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..slurm.convert import convert_text
     from ..slurm.query import local_access
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LaunchersError
-from .jobs import resolve_job
+from .jobdirs import resolve_job
 
 log = logging.getLogger("launchers.cli")
 
@@ -50,8 +50,9 @@ def refresh(job: Any, timeout: float = REFRESH_TIMEOUT) -> str | None:
 
     Remote executors also copy the new bytes of ``job.out``/``job.err``. Returns a warning
     (the query failed; the recorded state is shown) or None."""
-    from ..jobs.executor import executor_for_record
-    from ..jobs.loop import run_sync
+    # lazy: loaded when this subcommand runs, not at every CLI start
+    from ..registry import executor_for_record
+    from ..runtime.loop import run_sync
 
     if job.state.is_final:
         return None
@@ -171,6 +172,7 @@ def render(data: Mapping[str, Any]) -> str:
 
 def run_status(args: argparse.Namespace) -> int:
     """Show every JOB (refreshed once unless ``--no-refresh``); exit 0."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..jobs.job import load_job
 
     blocks = []

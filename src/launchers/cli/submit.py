@@ -110,6 +110,7 @@ def job_json(job: Any) -> dict[str, Any]:
 
 def wait_started(job: Any, *, quiet: bool = False) -> None:
     """Block until the job has left WAITING/SUBMITTING (its submission is done or it ended)."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..jobs.state import JobState
 
     said = None
@@ -121,6 +122,7 @@ def wait_started(job: Any, *, quiet: bool = False) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from ..finder.search import find_launcher
     from ..jobs.experiment import experiment
     from ..jobs.state import JobState

@@ -9,7 +9,7 @@ directory holding one and no ``launchers.yaml``) is checked entry point by entry
 from __future__ import annotations
 
 import argparse
-import importlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,17 +63,10 @@ def is_backend_config(path: Path) -> bool:
 
 
 def _validate_backend(path: Path) -> int:
-    try:
-        module = importlib.import_module("launchers.remote.backend_config")
-    except ModuleNotFoundError as e:
-        if e.name not in ("launchers.remote.backend_config", "launchers.remote"):
-            raise
-        raise ConfigurationError(
-            "this is a Compute Backend Config, but this installation cannot read those "
-            "(launchers.remote.backend_config is missing)",
-            file=str(path),
-        )
-    module.load_backend_config(path)
+    # lazy: loaded when this subcommand runs, not at every CLI start
+    from ..remote.backend_config import load_backend_config
+
+    load_backend_config(path)
     print(f"{path}: OK (Compute Backend Config)")
     return 0
 
@@ -81,6 +74,7 @@ def _validate_backend(path: Path) -> int:
 def mlproject_of(path: Path) -> Path | None:
     """The MLproject to check: ``path`` itself when its name is ``MLproject`` in any case, or the
     one of a directory holding no ``launchers.yaml``; else None."""
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from launchers.remote.mlproject import FILE_NAME, find_mlproject
 
     if path.is_file():
@@ -92,8 +86,7 @@ def mlproject_of(path: Path) -> Path | None:
 
 def _validate_mlproject(path: Path) -> int:
     """Every entry point of an MLproject: problems are errors (exit 2), warnings go to stderr."""
-    import sys
-
+    # lazy: loaded when this subcommand runs, not at every CLI start
     from launchers.remote.mlproject import load_mlproject
 
     project = load_mlproject(path.parent)

@@ -6,19 +6,17 @@ and tracker using a connector shares its single SSH connection (slurm-runtime.md
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
 from launchers.connectors.base import Connector
+from launchers.connectors.local import LocalConnector
 from launchers.errors import ConfigurationError
+from launchers.runtime.core import current
 
 if TYPE_CHECKING:
     from launchers.config.model import LaunchersConfig
 
 LOCAL = "local"
-
-_lock = threading.Lock()
-_instances: dict[tuple[str | None, str], Connector] = {}
 
 
 def _config_key(config: LaunchersConfig | None) -> str | None:
@@ -28,8 +26,6 @@ def _config_key(config: LaunchersConfig | None) -> str | None:
 
 
 def _local() -> Connector:
-    from launchers.connectors.local import LocalConnector
-
     return LocalConnector()
 
 
@@ -42,8 +38,9 @@ def get_connector(name: str, config: LaunchersConfig | None = None) -> Connector
     if not isinstance(name, str) or not name:
         raise ConfigurationError(f"connector name must be a non-empty string, got {name!r}")
     key = (None if name == LOCAL else _config_key(config), name)
-    with _lock:
-        found = _instances.get(key)
+    runtime = current()
+    with runtime.connectors_lock:
+        found = runtime.connectors.get(key)
         if name == LOCAL:
             if found is not None:
                 return found
@@ -62,17 +59,19 @@ def get_connector(name: str, config: LaunchersConfig | None = None) -> Connector
                     file=str(config.path) if config is not None and config.path else None,
                     key="connector",
                 )
+            # lazy: asyncssh (~0.3 s to import) only for SSH connectors
             from launchers.connectors.ssh import SSHConnector
 
             conn = SSHConnector(cfg)
-        _instances[key] = conn
+        runtime.connectors[key] = conn
         return conn
 
 
 def cached_connectors() -> list[Connector]:
     """Every connector created so far in this process."""
-    with _lock:
-        return list(_instances.values())
+    runtime = current()
+    with runtime.connectors_lock:
+        return list(runtime.connectors.values())
 
 
 async def close_all() -> None:
@@ -83,8 +82,7 @@ async def close_all() -> None:
 
 def forget_all() -> None:
     """Drop the cache without closing anything (tests; a fresh process state)."""
-    with _lock:
-        _instances.clear()
+    current().forget_connectors()
 
 
 __all__ = ["LOCAL", "cached_connectors", "close_all", "forget_all", "get_connector"]

@@ -3,14 +3,23 @@ chosen (the message of ``LauncherNotFoundError`` and the output of ``launchers f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from ..units import format_duration, format_size
 
-if TYPE_CHECKING:
-    from .match import Reason
+
+@attrs.frozen
+class Reason:
+    """One cause of rejection (of a host by ``finder.match``): a code and its numbers, formatted
+    by ``reason_text``."""
+
+    code: str
+    values: tuple[object, ...] = ()
+
+    def __str__(self) -> str:
+        return reason_text(self)
 
 
 def _size(value: Any) -> str:

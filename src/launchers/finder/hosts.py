@@ -26,20 +26,7 @@ from ..config.model import (
     regex_gpu,
 )
 from ..errors import ConfigurationError
-
-#: A host GPU's kind as a bit, compared with the requests' (``language.values.KIND_BITS``:
-#: cuda 1, mps 2, gpu() 0 = any): a slot of bit B accepts a request of bit b when b is 0 or B.
-SLOT_BITS = {"cuda": 1, "mps": 2, "other": 4}
-
-
-@attrs.frozen
-class GPUSlot:
-    """One host GPU: memory in bytes (0 = unknown), the smallest request it accepts, and its
-    kind (``cuda``, ``mps`` an Apple GPU sharing the host's memory, ``other``)."""
-
-    memory: int = 0
-    min_memory: int = 0
-    kind: str = "cuda"
+from .gpus import SLOT_BITS, GPUSlot, assign_gpus
 
 
 @attrs.frozen
@@ -218,8 +205,6 @@ def compile_matcher(rows: tuple[HostRow, ...]) -> Callable[..., tuple[int, ...]]
     ``f(duration, n, want, memory, low_req, high_req, requests, need, gpu_total) -> cores or
     -1 per host``; ``need`` is the OR of the requests' kind bits, ``gpu_total`` the sum of
     their memory (taken from the host's memory on Apple GPUs)."""
-    from .match import assign_gpus
-
     items = "".join(f"\n        {_host_expression(i, row)}," for i, row in enumerate(rows))
     source = (
         "def matcher(duration, n, want, memory, low_req, high_req, requests, need=0, gpu_total=0):\n"

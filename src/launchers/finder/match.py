@@ -9,38 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
-
 from ..language.values import GPURequest, HostRequirement
-from .hosts import SLOT_BITS, GPUSlot, Host
-
-
-@attrs.frozen
-class Reason:
-    """One cause of rejection: a code and its numbers, formatted by ``finder.explain``."""
-
-    code: str
-    values: tuple[object, ...] = ()
-
-    def __str__(self) -> str:
-        from .explain import reason_text
-
-        return reason_text(self)
-
-
-def accepts(slot: GPUSlot, request: GPURequest | int) -> bool:
-    """A host GPU accepts a request of its kind (``gpu()`` asks for any kind) when
-    ``min_memory <= memory asked <= memory``; 0 asks for any memory. A bare number is the
-    memory of a ``gpu(...)`` request."""
-    if isinstance(request, int):
-        memory = request
-    else:
-        if request.bit and request.bit != SLOT_BITS[slot.kind]:
-            return False
-        memory = request.memory
-    if memory == 0:
-        return True
-    return slot.min_memory <= memory <= slot.memory
+from .explain import Reason
+from .gpus import SLOT_BITS, GPUSlot, accepts, assign_gpus
+from .hosts import Host
 
 
 def kind_bits(gpus: Sequence[GPURequest]) -> int:
@@ -57,33 +29,6 @@ def gpu_total(gpus: Sequence[GPURequest]) -> int:
     for g in gpus:
         total += g.memory
     return total
-
-
-def assign_gpus(requests: Sequence[GPURequest | int], slots: Sequence[GPUSlot]) -> bool:
-    """Whether every request can go to a distinct slot that accepts it (bipartite matching).
-
-    The answer never depends on the order of either list."""
-    if len(requests) > len(slots):
-        return False
-    if not requests:
-        return True
-    if len(set(slots)) == 1:
-        slot = slots[0]
-        return all(accepts(slot, r) for r in requests)
-    owner: list[int] = [-1] * len(slots)  # slot -> request
-
-    def augment(r: int, seen: list[bool]) -> bool:
-        for s, slot in enumerate(slots):
-            if seen[s] or not accepts(slot, requests[r]):
-                continue
-            seen[s] = True
-            if owner[s] < 0 or augment(owner[s], seen):
-                owner[s] = r
-                return True
-        return False
-
-    # most constrained requests first only speeds things up; the result is order independent
-    return all(augment(r, [False] * len(slots)) for r in range(len(requests)))
 
 
 def _gpu_reasons(requests: Sequence[GPURequest], slots: Sequence[GPUSlot]) -> list[Reason]:

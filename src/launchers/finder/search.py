@@ -19,6 +19,7 @@ from ..config.model import (
     UnicoreGroup,
 )
 from ..errors import LauncherNotFoundError, LaunchersError, RequirementSyntaxError
+from ..hooks import services
 from ..language.values import HostRequirement, RequirementUnion
 from ..launcher import Launcher
 from ..units import mib_ceil, slurm_time
@@ -32,6 +33,7 @@ _MISSING: Any = object()
 
 @functools.lru_cache(maxsize=4096)
 def _parse_text(text: str) -> RequirementUnion:
+    # lazy: the requirement grammar only for a requirement given as text
     from ..language.parser import parse
 
     return parse(text)
@@ -75,6 +77,7 @@ def config_of(config: LaunchersConfig | str | os.PathLike[str] | None) -> Launch
     global _LOAD_CONFIG
     load = _LOAD_CONFIG
     if load is None:
+        # lazy: the configuration loader (~80 ms to import) on the first search
         from ..config.loader import load_config as load
 
         _LOAD_CONFIG = load
@@ -90,6 +93,7 @@ _LOAD_CONFIG: Any = None
 
 def _ordered_groups(config: LaunchersConfig) -> tuple[Group, ...]:
     if config.is_empty:
+        # lazy: the implicit local group only without a configuration file (import time of find_launcher)
         from ..config.implicit import implicit_local_group
 
         return (implicit_local_group(),)
@@ -181,6 +185,7 @@ _OPTIONS_CLASS: Any = None
 def _options_class() -> Any:
     """``SlurmOptions``, imported on first use (the finder does not need Slurm otherwise)."""
     global _OPTIONS_CLASS
+    # lazy: SlurmOptions on first use, kept in a global (import time of find_launcher)
     from ..slurm.options import SlurmOptions
 
     _OPTIONS_CLASS = SlurmOptions
@@ -295,10 +300,13 @@ def _plan(group: Group) -> Any:
 def _launcher_class(group: SlurmGroup) -> Any:
     cls: Any
     if isinstance(group, UnicoreGroup):
+        # lazy: launcher classes of the kinds a configuration uses, on first use (import time of find_launcher)
         from ..remote.unicore import UnicoreLauncher as cls
     elif isinstance(group, FirecrestGroup):
+        # lazy: launcher classes of the kinds a configuration uses, on first use (import time of find_launcher)
         from ..remote.firecrest import FirecrestLauncher as cls
     else:
+        # lazy: launcher classes of the kinds a configuration uses, on first use (import time of find_launcher)
         from ..slurm.launcher import SlurmLauncher as cls
     return cls
 
@@ -327,9 +335,7 @@ class SearchResult:
 
 
 def _refresh(group: SlurmGroup) -> SlurmGroup:
-    from ..slurm.query import refresh_group
-
-    return refresh_group(group)
+    return services().refresh_group(group)
 
 
 def _try_group(
@@ -346,6 +352,7 @@ def _try_group(
                 reasons, _ = problems(alt, host, first_only=False)
                 explain.add(f"{_describe(group)}: " + "; ".join(str(r) for r in reasons), 1)
             return None
+        # lazy: launcher classes of the kinds a configuration uses, on first use (import time of find_launcher)
         from ..local.launcher import DirectLauncher
 
         line = f"{_describe(group)}: chosen for alternative {index} ({alt})"

@@ -1,6 +1,7 @@
-"""The job model: tasks, jobs and their records, experiments, executors, the tracker, tokens.
+"""The job model: tasks, jobs and their records, experiments.
 
 ``state`` (JobState), ``task`` (command, @task, Task), ``record`` (job directory, state.json),
-``job`` (Job, submit/re-attach), ``experiment``, ``executor`` (Executor ABC, registry),
-``loop`` (background asyncio loop), ``tracker`` (poll loop), ``tokens``, ``progress``, ``proc``.
+``update`` (StateUpdate, the final update a job.rc implies), ``job`` (Job, submit/re-attach),
+``experiment``, ``progress``, ``proc``. The loop, the executor interface and the tracker are in
+``launchers.runtime``; the registry of kinds is ``launchers.registry``.
 """

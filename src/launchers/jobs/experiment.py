@@ -11,23 +11,24 @@ import os
 import threading
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import ExperimentFailed, LaunchersError
+from ..runtime.core import current
+from .progress import wait_with_progress
 from .state import JobState
 
 if TYPE_CHECKING:
     from ..launcher import Launcher
     from .job import Job
 
-_stack: list[Experiment] = []
-_stack_lock = threading.Lock()
-
 
 def current_experiment() -> Experiment | None:
     """The innermost active experiment, or None."""
-    with _stack_lock:
-        return _stack[-1] if _stack else None
+    runtime = current()
+    with runtime.experiments_lock:
+        stack = runtime.experiments
+        return cast(Experiment, stack[-1]) if stack else None
 
 
 class Experiment:
@@ -70,17 +71,13 @@ class Experiment:
 
     def wait(self, timeout: float | None = None) -> list[Job]:
         """Wait for every job (with live progress in a terminal); the unsuccessful ones."""
-        from .progress import wait_with_progress
-
         wait_with_progress(self.jobs, enabled=self.progress, timeout=timeout)
         return [j for j in self.jobs if j.state is not JobState.COMPLETED]
 
     def leave(self) -> None:
         """Stop being the current experiment without waiting (jobs keep running; a later run
         re-attaches). ``with`` does this itself when its block raises."""
-        with _stack_lock:
-            if self in _stack:
-                _stack.remove(self)
+        _leave(self)
 
     def __enter__(self) -> Experiment:
         try:
@@ -89,8 +86,9 @@ class Experiment:
             raise LaunchersError(
                 f"experiment: cannot create {self.workdir}: {e.strerror}"
             ) from None
-        with _stack_lock:
-            _stack.append(self)
+        runtime = current()
+        with runtime.experiments_lock:
+            runtime.experiments.append(self)
         return self
 
     def __exit__(
@@ -105,9 +103,14 @@ class Experiment:
                 if failed:
                     raise ExperimentFailed(_failure_message(failed), list[object](failed))
         finally:
-            with _stack_lock:
-                if self in _stack:
-                    _stack.remove(self)
+            _leave(self)
+
+
+def _leave(xp: Experiment) -> None:
+    runtime = current()
+    with runtime.experiments_lock:
+        if xp in runtime.experiments:
+            runtime.experiments.remove(xp)
 
 
 def _failure_message(failed: list[Job]) -> str:

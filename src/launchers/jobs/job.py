@@ -9,26 +9,28 @@ There is one ``Job`` per job directory per process.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import pickle
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import JobFailedError, LaunchersError
-from ..fsutil import atomic_write_json, fsync_file, read_json
-from .executor import StateUpdate
+from ..fsutil import atomic_write_json, directory_lock, fsync_file, read_json
+from ..jobs.update import StateUpdate
+from ..registry import executor_for_record
+from ..runtime.core import current
+from .experiment import current_experiment
 from .proc import ProcessId
 from .record import (
     JobPaths,
     StateRecord,
     archive_attempt,
     job_directory,
+    now_iso,
     read_record,
     write_record,
 )
@@ -37,7 +39,7 @@ from .task import KIND_COMMAND, Task, decode_value
 
 if TYPE_CHECKING:
     from ..launcher import Launcher
-    from .executor import Executor
+    from ..runtime.executor import Executor
 
 log = logging.getLogger("launchers.jobs")
 
@@ -163,12 +165,8 @@ class Job:
                 and rec.started_at is None
                 and "started_at" not in changes
             ):
-                from .record import now_iso
-
                 changes["started_at"] = now_iso()
             if new_state is not None and new_state.is_final and changes.get("ended_at") is None:
-                from .record import now_iso
-
                 changes["ended_at"] = now_iso()
             same = all(getattr(rec, k) == v for k, v in changes.items() if k != "extra")
             if update.extra:
@@ -304,10 +302,12 @@ class Job:
         if self.state.is_final:
             return
         if self.executor is None:
-            from .executor import executor_for_record
-
             self.executor = executor_for_record(self._record)
         self.executor.tracker.request_cancel(self)
+
+    def take_over(self) -> str | None:
+        """Observers whose owner died: claim the submission if still needed (``take_over``)."""
+        return take_over(self)
 
     def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
         """The last ``lines`` lines of ``job.err`` ("" when absent)."""
@@ -372,20 +372,6 @@ def _read_kind(paths: JobPaths) -> str:
 
 # -- the per-process registry and the submit/re-attach decision ---------------------------------
 
-_jobs: dict[Path, Job] = {}
-_jobs_lock = threading.RLock()
-
-
-@contextlib.contextmanager
-def directory_lock(path: Path) -> Iterator[None]:
-    """Hold ``flock`` on ``path`` (the job directory's ``.lock``) for the block."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
 
 def launcher_info(launcher: Launcher) -> dict[str, Any]:
     """``launcher`` field of the record: kind, group id, connector and exact sbatch options."""
@@ -423,14 +409,13 @@ def owner_alive(record: StateRecord) -> bool:
 
 def registered_job(directory: Path) -> Job | None:
     """The ``Job`` of ``directory`` in this process, if any."""
-    with _jobs_lock:
-        return _jobs.get(directory)
+    runtime = current()
+    with runtime.jobs_lock:
+        return cast("Job | None", runtime.jobs.get(directory))
 
 
 def submit_task(task: Task, launcher: Launcher | None = None, *, force: bool = False) -> Job:
     """``Task.submit``: record the job under ``.lock`` and queue its submission (§1, §2)."""
-    from .experiment import current_experiment
-
     xp = current_experiment()
     if launcher is None and xp is not None:
         launcher = xp.launcher
@@ -449,8 +434,9 @@ def submit_task(task: Task, launcher: Launcher | None = None, *, force: bool = F
             f"cannot submit {task.task_id}: no launcher; pass launcher= to submit() or to experiment()"
         )
     directory = job_directory(xp.workdir, task.name, task.digest).absolute()
-    with _jobs_lock:
-        existing = _jobs.get(directory)
+    runtime = current()
+    with runtime.jobs_lock:
+        existing = cast("Job | None", runtime.jobs.get(directory))
         rerun = (
             existing is not None
             and existing.state.is_final
@@ -470,7 +456,7 @@ def submit_task(task: Task, launcher: Launcher | None = None, *, force: bool = F
         job = _attach(
             task, directory, launcher, executor, force=force, rerun_failed=xp.rerun_failed
         )
-        _jobs[directory] = job
+        runtime.jobs[directory] = job
     xp.add(job)
     return job
 
@@ -542,6 +528,12 @@ def _attach(
         job.observer = action == "observe"
         executor.track(job)
     return job
+
+
+def attach(task: Task, directory: Path, launcher: Launcher) -> Job:
+    """A job for ``task`` in ``directory`` (outside any experiment, e.g. a batch pilot):
+    recorded and submitted, or re-attached when the directory already holds it."""
+    return _attach(task, directory, launcher, launcher.executor(), force=False, rerun_failed=False)
 
 
 def take_over(job: Job) -> str | None:

@@ -16,12 +16,13 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, overload
 
 import attrs
 
 from ..errors import TaskError
+from ..hooks import services
 
 if TYPE_CHECKING:
     from .job import Job
@@ -77,8 +78,6 @@ def encode_value(value: Any, where: str) -> Any:
 
 def decode_value(value: Any) -> Any:
     """The inverse of ``encode_value`` (``{"$path": p}`` -> ``pathlib.Path(p)``)."""
-    from pathlib import Path
-
     if isinstance(value, list):
         return [decode_value(v) for v in value]
     if isinstance(value, dict):
@@ -143,9 +142,7 @@ class Task:
 
         Uses ``launcher``, else the current experiment's. A task already submitted in this
         process returns the same ``Job``; a finished directory is re-attached (§2)."""
-        from .job import submit_task
-
-        return submit_task(self, launcher, force=force)
+        return services().submit_task(self, launcher, force=force)
 
 
 def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:

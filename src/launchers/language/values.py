@@ -6,6 +6,7 @@ ordered list of alternatives, most preferred first. Combining never mutates an o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import attrs
@@ -302,7 +303,6 @@ def duration(spec: str | int | float) -> HostRequirement:
     if isinstance(spec, (int, float)):
         if spec < 0:
             raise RequirementSyntaxError("duration: cannot be negative", str(spec), 1, 1)
-        import math
 
         return HostRequirement(duration=math.ceil(spec))
     try:

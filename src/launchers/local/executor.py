@@ -5,13 +5,14 @@ The record keeps pid, start time (``/proc/PID/stat`` field 22) and boot id under
 so a reused pid or a reboot is never taken for the job. State is checked every second:
 ``job.rc`` ends it, else a live process is RUNNING, else LOST. At most ``max_jobs`` jobs of one
 local group run at once in a process (the rest wait in order); counter tokens limit across
-processes (``launchers.jobs.tokens``). Cancel: SIGTERM to the process group, SIGKILL after
+processes (``launchers.local.tokens``). Cancel: SIGTERM to the process group, SIGKILL after
 ``kill_grace`` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import signal
@@ -20,23 +21,27 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from ..config.model import LocalGroup
 from ..errors import ConfigurationError, LaunchersError
 from ..fsutil import atomic_write_bytes, atomic_write_text
-from ..jobs.executor import Executor, StateUpdate, update_from_rc
-from ..jobs.loop import background
 from ..jobs.proc import ProcessId
-from ..jobs.record import RcRecord, now_iso, read_rc
+from ..jobs.record import RcRecord, now_iso, parse_rc, read_rc
 from ..jobs.state import JobState
 from ..jobs.task import KIND_COMMAND
-from ..jobs.tokens import acquire_and_start, check_requests, holder_path, load_totals, release
+from ..jobs.update import StateUpdate
+from ..runtime.executor import Executor, update_from_rc
+from ..runtime.loop import background
+from ..slurm.script import ScriptSpec, job_name, render_script
+from .launcher import DirectLauncher
+from .tokens import acquire_and_start, check_requests, holder_path, load_totals, release
 
 if TYPE_CHECKING:
     from ..config.model import LocalGroup
-    from ..jobs.job import Job
     from ..jobs.task import Task
     from ..launcher import Launcher
+    from ..protocols import JobHandle
 
 log = logging.getLogger("launchers.local")
 
@@ -108,15 +113,13 @@ class DirectExecutor(Executor):
     ) -> None:
         super().__init__(key)
         self.kill_grace = kill_grace
-        self._queue: list[Job] = []
+        self._queue: list[JobHandle] = []
         self._running: dict[Any, set[int]] = {}
         self._waiter: asyncio.Task[None] | None = None
 
     # -- submission ---------------------------------------------------------------------------
 
-    def _group(self, job: Job) -> LocalGroup:
-        from ..config.model import LocalGroup
-
+    def _group(self, job: JobHandle) -> LocalGroup:
         group = getattr(job.launcher, "group", None)
         return group if isinstance(group, LocalGroup) else LocalGroup(implicit=True)
 
@@ -124,10 +127,8 @@ class DirectExecutor(Executor):
         return load_totals(group.position.file)
 
     def _render(
-        self, job: Job, job_dir: str | None = None, default_python: str = sys.executable
+        self, job: JobHandle, job_dir: str | None = None, default_python: str = sys.executable
     ) -> str:
-        from ..slurm.script import ScriptSpec, job_name, render_script
-
         task = job.task
         if task is None:
             raise LaunchersError(f"job {job.task_id}: the task is unknown, cannot write job.sh")
@@ -158,8 +159,6 @@ class DirectExecutor(Executor):
 
     def validate(self, launcher: Launcher, task: Task) -> None:
         """Refuse at submission: an SSH connector (not supported here), n > N tokens."""
-        from ..config.model import LocalGroup
-
         group = getattr(launcher, "group", None)
         if not isinstance(group, LocalGroup):
             return
@@ -170,11 +169,10 @@ class DirectExecutor(Executor):
         if group.tokens:
             check_requests(dict(group.tokens), self._totals(group))
 
-    async def submit(self, job: Job) -> None:
+    async def submit(self, job: JobHandle) -> None:
         """Write ``job.sh`` and queue the job; it starts when a slot and its tokens are free."""
         script = self._render(job)
         atomic_write_text(job.paths.script, script, mode=0o755)
-        from ..slurm.script import job_name
 
         assert job.task is not None
         job.runtime["job_name"] = job_name(job.task.name, job.task.digest, job.attempt)
@@ -191,7 +189,7 @@ class DirectExecutor(Executor):
             await asyncio.sleep(1.0)
             self._dispatch()
 
-    def _slot_key(self, job: Job) -> Any:
+    def _slot_key(self, job: JobHandle) -> Any:
         return self._group(job)
 
     def _dispatch(self) -> None:
@@ -243,7 +241,7 @@ class DirectExecutor(Executor):
                 self._started(job, outcome)
 
     def _try_start(
-        self, job: Job, tokens: dict[str, int], group: LocalGroup
+        self, job: JobHandle, tokens: dict[str, int], group: LocalGroup
     ) -> ProcessId | str | None:
         """Start ``job`` now if its tokens allow: its process, a waiting reason, or None when
         the start goes on asynchronously (``_started`` is then called later)."""
@@ -255,7 +253,7 @@ class DirectExecutor(Executor):
             lambda: self._launch(job),
         )
 
-    def _started(self, job: Job, proc: ProcessId) -> None:
+    def _started(self, job: JobHandle, proc: ProcessId) -> None:
         job.apply(
             StateUpdate(
                 state=JobState.RUNNING,
@@ -267,7 +265,7 @@ class DirectExecutor(Executor):
         )
         self.tracker.wake()
 
-    def _launch(self, job: Job) -> ProcessId:
+    def _launch(self, job: JobHandle) -> ProcessId:
         """Record SUBMITTING, then ``bash job.sh`` in a new session (stdin /dev/null, outputs appended)."""
         group = self._group(job)
         job.apply(
@@ -315,7 +313,7 @@ class DirectExecutor(Executor):
 
     # -- tracking -------------------------------------------------------------------------------
 
-    def _state_of(self, job: Job) -> StateUpdate | None:
+    def _state_of(self, job: JobHandle) -> StateUpdate | None:
         popen = job.runtime.get("popen")
         if popen is not None:
             popen.poll()  # reap our own child so that it does not linger as a zombie
@@ -337,9 +335,9 @@ class DirectExecutor(Executor):
             )
         return StateUpdate(state=JobState.LOST, detail="no process, no job.rc", reason=LOST_REASON)
 
-    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+    async def poll(self, jobs: Sequence[JobHandle]) -> Mapping[JobHandle, StateUpdate]:
         """Check every job: ``job.rc``, else a live process, else LOST."""
-        out: dict[Job, StateUpdate] = {}
+        out: dict[JobHandle, StateUpdate] = {}
         for job in jobs:
             if job.record.extra.get("process") is None:
                 continue
@@ -352,7 +350,7 @@ class DirectExecutor(Executor):
             self._dispatch()
         return out
 
-    def _finished(self, job: Job) -> None:
+    def _finished(self, job: JobHandle) -> None:
         key = job.runtime.pop("slot", None)
         if key is not None:
             self._running.get(key, set()).discard(id(job))
@@ -362,7 +360,7 @@ class DirectExecutor(Executor):
 
     # -- cancel -------------------------------------------------------------------------------
 
-    async def cancel(self, jobs: Sequence[Job]) -> None:
+    async def cancel(self, jobs: Sequence[JobHandle]) -> None:
         """Drop waiting jobs at once; SIGTERM running ones' process groups, SIGKILL after grace."""
         for job in jobs:
             if job in self._queue:
@@ -400,7 +398,7 @@ class DirectExecutor(Executor):
 
     # -- crash recovery ---------------------------------------------------------------------------
 
-    async def reconcile(self, job: Job) -> None:
+    async def reconcile(self, job: JobHandle) -> None:
         """A record left in SUBMITTING: adopt the running process, or its exit record, or
         call it LOST when it started and vanished; submit only when it never started."""
         proc = find_process(str(job.directory), job.attempt)
@@ -514,6 +512,8 @@ class RemoteDirectExecutor(DirectExecutor):
     @property
     def connector(self) -> Any:
         if self._connector is None:
+            # lazy: the configuration loader and the connectors only for a direct launcher over
+            # SSH (import time of a local submission)
             from ..config.loader import load_config
             from ..connectors.registry import get_connector
 
@@ -532,10 +532,8 @@ class RemoteDirectExecutor(DirectExecutor):
             self._root = root.rstrip("/")
         return self._root
 
-    async def remote_dir(self, job: Job) -> str:
+    async def remote_dir(self, job: JobHandle) -> str:
         """``<connector workdir>/<hash of the local workdir>/jobs/<name>/<digest>``."""
-        import hashlib
-
         known = job.record.extra.get("remote_dir")
         if isinstance(known, str) and known:
             return known
@@ -543,14 +541,13 @@ class RemoteDirectExecutor(DirectExecutor):
         tag = hashlib.sha256(str(workdir).encode()).hexdigest()[:12]
         return f"{await self._remote_root()}/{tag}/jobs/{job.directory.parent.name}/{job.directory.name}"
 
-    async def submit(self, job: Job) -> None:
+    async def submit(self, job: JobHandle) -> None:
         rdir = await self.remote_dir(job)
         script = self._render(job, rdir, default_python="python3")
         atomic_write_text(job.paths.script, script, mode=0o755)  # the local copy
         await self.connector.write_file(f"{rdir}/job.sh", script.encode(), mode=0o755)
         params = job.paths.params.read_bytes()
         await self.connector.write_file(f"{rdir}/params.json", params)
-        from ..slurm.script import job_name
 
         assert job.task is not None
         job.runtime["job_name"] = job_name(job.task.name, job.task.digest, job.attempt)
@@ -560,12 +557,12 @@ class RemoteDirectExecutor(DirectExecutor):
         self._ensure_waiter()
 
     def _try_start(
-        self, job: Job, tokens: dict[str, int], group: LocalGroup
+        self, job: JobHandle, tokens: dict[str, int], group: LocalGroup
     ) -> ProcessId | str | None:
         background(self._start_remote(job, group))
         return None
 
-    async def _start_remote(self, job: Job, group: LocalGroup) -> None:
+    async def _start_remote(self, job: JobHandle, group: LocalGroup) -> None:
         rdir = str(job.record.extra.get("remote_dir"))
         job.apply(
             StateUpdate(
@@ -605,13 +602,11 @@ class RemoteDirectExecutor(DirectExecutor):
             return
         self._started(job, proc)
 
-    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+    async def poll(self, jobs: Sequence[JobHandle]) -> Mapping[JobHandle, StateUpdate]:
         """One remote command for every job: ``job.rc``, else the process, else LOST."""
-        from ..jobs.record import parse_rc
-
         argv = ["sh", "-c", _REMOTE_POLL, "sh"]
         lines: list[str] = []
-        known: list[tuple[Job, ProcessId]] = []
+        known: list[tuple[JobHandle, ProcessId]] = []
         for job in jobs:
             proc = ProcessId.from_json(job.record.extra.get("process"))
             rdir = job.record.extra.get("remote_dir")
@@ -632,7 +627,7 @@ class RemoteDirectExecutor(DirectExecutor):
                 f"status command failed on {self.connector_name}: {res.stderr.strip()}"
             )
         boot = ""
-        out: dict[Job, StateUpdate] = {}
+        out: dict[JobHandle, StateUpdate] = {}
         for line in res.stdout.splitlines():
             kind, _, rest = line.partition(" ")
             if kind == "BOOT":
@@ -679,7 +674,7 @@ class RemoteDirectExecutor(DirectExecutor):
             self._dispatch()
         return out
 
-    async def _fetch(self, job: Job) -> None:
+    async def _fetch(self, job: JobHandle) -> None:
         """Copy the outputs and result files back to the local job directory."""
         rdir = job.record.extra.get("remote_dir")
         for name in FETCHED:
@@ -692,7 +687,7 @@ class RemoteDirectExecutor(DirectExecutor):
                 continue
             atomic_write_bytes(job.directory / name, data)
 
-    async def cancel(self, jobs: Sequence[Job]) -> None:
+    async def cancel(self, jobs: Sequence[JobHandle]) -> None:
         by_grace: dict[float, list[str]] = {}  # SIGKILL after each job's group's kill_grace
         for job in jobs:
             if job in self._queue:
@@ -731,7 +726,7 @@ class RemoteDirectExecutor(DirectExecutor):
         if res.returncode != 0:
             raise LaunchersError(f"kill failed on {self.connector_name}: {res.stderr.strip()}")
 
-    async def reconcile(self, job: Job) -> None:
+    async def reconcile(self, job: JobHandle) -> None:
         rdir = await self.remote_dir(job)
         res = await self.connector.run(["sh", "-c", _REMOTE_FIND, "sh", rdir, str(job.attempt)])
         fields = res.stdout.split()
@@ -780,12 +775,10 @@ def executor_key(launcher: Launcher) -> tuple[str, str, None]:
 
 def executor_from_record(info: Mapping[str, Any], record: object) -> DirectExecutor:
     """The executor used to cancel/inspect a direct job known only from its record."""
-    from ..jobs.executor import executor_for
-    from .launcher import DirectLauncher
-
     connector = str(info.get("connector") or "local")
     if connector == "local":
-        return executor_for(DirectLauncher())  # type: ignore[return-value]
+        return cast(DirectExecutor, DirectLauncher().executor())
+    # lazy: the configuration loader only for a connector over SSH (import time)
     from ..config.loader import load_config
 
     cfg_file = info.get("config")

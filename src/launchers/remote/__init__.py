@@ -8,6 +8,7 @@ from typing import Any
 
 def from_backend_config(path: str | os.PathLike[str], account: str | None = None) -> Any:
     """A ``UnicoreLauncher`` or ``FirecrestLauncher`` for a standalone Compute Backend Config."""
+    # lazy: keeps import launchers.remote light
     from .backend_config import from_backend_config as load
 
     return load(path, account=account)

@@ -15,15 +15,20 @@ from pathlib import Path
 from typing import Any, Union
 
 import attrs
+import yaml
 
 from ..config.located import load_located
 from ..config.model import FirecrestGroup, FirecrestSite, Position, UnicoreGroup, UnicoreSite
 from ..errors import ConfigurationError
+from ..slurm.options import SlurmOptions
+from ..units import mib_ceil, slurm_time
 from .checks import Problems, key_path, key_pos, suggest, type_name, value_pos
 from .environment import Environment, check_login_commands, validate_environment
 from .exclude import ExcludeRules, PatternError, compile_pattern
+from .firecrest import FirecrestLauncher
 from .resources import Resources, check_for_site, validate_resources
-from .ssh_site import SSHSite
+from .ssh_site import SSHSite, ssh_launcher
+from .unicore import UnicoreLauncher
 
 TOP_KEYS = ("UnicoreApiUrl", "Firecrest", "SSH", "Environment", "Resources", "Exclude")
 SITE_KEYS = ("UnicoreApiUrl", "Firecrest", "SSH")
@@ -159,8 +164,6 @@ def _load_with_key_paths(text: str, file: str) -> Any:
 
 def _key_path_at(text: str, line: int, column: int) -> str | None:
     """The ``KEY.PATH`` of the mapping key written at ``line``:``column`` (1-based), if any."""
-    import yaml
-
     try:
         root = yaml.compose(text)
     except yaml.YAMLError:
@@ -464,10 +467,6 @@ def _plain(value: Any) -> Any:
 def to_launcher(cfg: BackendConfig) -> Any:
     """A ``UnicoreLauncher``/``FirecrestLauncher``/``SSHSiteLauncher`` value running with this
     config's site, environment and ``Resources`` as written (no finder)."""
-    from ..slurm.options import SlurmOptions
-    from ..units import mib_ceil, slurm_time
-    from .firecrest import FirecrestLauncher
-    from .unicore import UnicoreLauncher
 
     if cfg.site is None:
         raise ConfigurationError(
@@ -475,8 +474,6 @@ def to_launcher(cfg: BackendConfig) -> Any:
         )
     r = cfg.resources
     if isinstance(cfg.site, SSHSite):
-        from .ssh_site import ssh_launcher
-
         return ssh_launcher(
             cfg.site,
             r,

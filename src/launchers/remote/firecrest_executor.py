@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 from ..config.model import FirecrestSite
 from ..errors import AuthenticationError, ConfigurationError, LaunchersError, SubmissionError
 from ..fsutil import atomic_write_text
-from ..jobs.executor import Executor, StateUpdate
 from ..jobs.record import epoch_iso, now_iso
 from ..jobs.state import JobState
+from ..jobs.update import StateUpdate
+from ..runtime.executor import Executor
 from ..slurm.states import UnknownStateWarner, cancel_reason, map_state
 from ..units import format_size
 from .http import (
@@ -50,10 +51,9 @@ from .http import (
 from .outputs import RemoteOutputs
 
 if TYPE_CHECKING:
-    from ..jobs.job import Job
-    from ..jobs.record import StateRecord
     from ..jobs.task import Task
     from ..launcher import Launcher
+    from ..protocols import JobHandle
 
 #: a crashed submission is looked up by name for up to this long before giving up (seconds)
 RECONCILE_PATIENCE = 300.0
@@ -104,72 +104,6 @@ class SubmitTimedOut(LaunchersError):
     """The submit timed out (408, or no answer): the job may exist all the same."""
 
 
-def _site_of(launcher: Any) -> FirecrestSite:
-    site = getattr(getattr(launcher, "group", None), "site", None)
-    if not isinstance(site, FirecrestSite):
-        raise LaunchersError(f"launcher {launcher!r} has no firecREST site")
-    return site
-
-
-def _standalone(launcher: Any) -> bool:
-    group = getattr(launcher, "group", None)
-    return getattr(getattr(group, "position", None), "line", None) is None
-
-
-def executor_key(launcher: Launcher) -> tuple[Any, ...]:
-    """One executor per (API, machine, credentials)."""
-    s = _site_of(launcher)
-    return (
-        "firecrest",
-        s.api_url,
-        s.machine,
-        s.token_url,
-        s.client_id_env,
-        s.client_secret_env,
-        s.workdir,
-        s.api_version,
-        _standalone(launcher),
-    )
-
-
-def create_executor(launcher: Launcher) -> FirecrestExecutor:
-    site = _site_of(launcher)
-    if site.api_version == 1:
-        from .firecrest_v1 import FirecrestV1Executor
-
-        return FirecrestV1Executor(site, mantik=_standalone(launcher), key=executor_key(launcher))
-    if site.api_version != 2:
-        raise LaunchersError(
-            f"firecREST site {site.api_url}: api_version {site.api_version} is not supported "
-            "(write 2, the default, or 1)"
-        )
-    return FirecrestExecutor(site, mantik=_standalone(launcher), key=executor_key(launcher))
-
-
-def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> FirecrestExecutor:
-    """For ``launchers cancel`` on a job known only from its record."""
-    data = record.extra.get("firecrest_site")
-    if not isinstance(data, Mapping) or not data.get("api_url"):
-        raise LaunchersError(f"job {record.task_id}: its record does not name its firecREST site")
-    fields = (
-        "api_url",
-        "token_url",
-        "machine",
-        "client_id_env",
-        "client_secret_env",
-        "workdir",
-        "verify_tls",
-        "api_version",
-    )
-    site = FirecrestSite(**{k: v for k, v in data.items() if k in fields})
-    key = ("record-firecrest", site.api_url, site.machine, site.api_version)
-    if site.api_version == 1:
-        from .firecrest_v1 import FirecrestV1Executor
-
-        return FirecrestV1Executor(site, mantik=bool(data.get("mantik")), key=key)
-    return FirecrestExecutor(site, mantik=bool(data.get("mantik")), key=key)
-
-
 def error_message(error: BaseException) -> str:
     """The ``message`` of the firecREST answer behind a pyfirecrest error (else its text)."""
     responses = getattr(error, "responses", None)
@@ -193,6 +127,7 @@ def firecrest_transient(error: BaseException) -> bool:
     """Worth retrying here: pyfirecrest already waited out 429s (10 times, ``Retry-After``), so
     an API 429 that reaches us is final for this call; the token endpoint's 429/5xx are retried;
     the site's SSH being unreachable (500 refused, 424) passes (docs/remote-sites.md)."""
+    # lazy: pyfirecrest and httpx are heavy: loaded when a firecREST site is used
     from firecrest.FirecrestException import ClientsCredentialsException
 
     if isinstance(error, ClientsCredentialsException):
@@ -238,6 +173,7 @@ def block_at(offset: int, cap: int) -> int:
 
 
 def _auth_class() -> Any:
+    # lazy: pyfirecrest and httpx are heavy: loaded when a firecREST site is used
     from firecrest import ClientCredentialsAuth
 
     class Auth(ClientCredentialsAuth):
@@ -289,6 +225,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
 
     def _client_class(self) -> Any:
         """The pyfirecrest client class of this API version."""
+        # lazy: pyfirecrest and httpx are heavy: loaded when a firecREST site is used
         from firecrest.v2 import Firecrest
 
         return Firecrest
@@ -320,6 +257,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         self, what: str, fn: Any, *, tries: int = 8, transient: Any = firecrest_transient
     ) -> Any:
         """``fn(client)`` with retries on transient failures; errors become ``LaunchersError``s."""
+        # lazy: pyfirecrest and httpx are heavy: loaded when a firecREST site is used
         from firecrest.FirecrestException import ClientsCredentialsException
 
         try:
@@ -402,7 +340,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         require_env(ids, f"{where}: no client id", os.environ)
         require_env(secrets, f"{where}: no client secret", os.environ)
 
-    async def submit(self, job: Job) -> None:
+    async def submit(self, job: JobHandle) -> None:
         payload = attached_payload(job.directory) or task_payload(job, "firecrest")
         base = await asyncio.to_thread(self.base_dir)
         run_dir = posixpath.join(base, payload.run_id)
@@ -470,6 +408,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         the presigned part URLs), the parts and the completion call, then the transfer job that
         moves the file into place is awaited (its log must report success). A failure after the
         transfer job exists cancels that job (it would otherwise wait for the file for hours)."""
+        # lazy: pyfirecrest and httpx are heavy: loaded when a firecREST site is used
         from firecrest.FirecrestException import MultipartUploadException
 
         machine, method = self.site.machine, str(self._transfer_method())
@@ -525,6 +464,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         """Wait for a staged upload's transfer job, then read its log with ``ops/view`` and an
         explicit ``size`` (pyfirecrest's own wait views it without one, which a site whose
         ``max_ops_file_size`` is under 5 MiB refuses: remote-sites §5)."""
+        # lazy: pyfirecrest and httpx are heavy: loaded when a firecREST site is used
         from firecrest.FirecrestException import JobTimeoutException
 
         tj = (getattr(ext, "transfer_data", None) or {}).get("transferJob") or {}
@@ -564,6 +504,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
 
     def _submit_script(self, run_dir: str, script: str) -> str:
         """POST the job; the site's job id. ``SubmitTimedOut`` when it may exist all the same."""
+        # lazy: pyfirecrest and httpx are heavy: loaded when a firecREST site is used
         import httpx
 
         def refused_before_processing(e: BaseException) -> bool:
@@ -688,7 +629,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                 f"removing the previous attempt's {posixpath.basename(path)}: {self._message(e)}"
             ) from None
 
-    async def reconcile(self, job: Job) -> None:
+    async def reconcile(self, job: JobHandle) -> None:
         """A job found SUBMITTING after a crash: adopt the job of its name, else submit. A failed
         lookup is retried, never taken for "not there": that would submit the job twice."""
         name = job.record.job_name
@@ -759,7 +700,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
             )
         )
 
-    async def _started_remotely(self, job: Job) -> bool:
+    async def _started_remotely(self, job: JobHandle) -> bool:
         """Whether this attempt's job has begun on the site: its run directory's ``job.out`` or
         ``job.rc`` has content (both are removed before each submission)."""
         run_dir = self._run_dir(job)
@@ -803,6 +744,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         LaunchersError when the site cannot say. The ``name`` filter needs API 2.6.0 in
         pyfirecrest; before, the whole list (every job of the user, in the site's window) is
         read and filtered here."""
+        # lazy: pyfirecrest and httpx are heavy: loaded when a firecREST site is used
         from firecrest.FirecrestException import NotImplementedOnAPIversion
 
         machine = self.site.machine
@@ -859,9 +801,9 @@ class FirecrestExecutor(RemoteOutputs, Executor):
     #: every job of the user over a day (or a week), whatever its length
     list_from = 9
 
-    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+    async def poll(self, jobs: Sequence[JobHandle]) -> Mapping[JobHandle, StateUpdate]:
         machine = self.site.machine
-        found: dict[Job, Mapping[str, Any] | None] = {}
+        found: dict[JobHandle, Mapping[str, Any] | None] = {}
         if len(jobs) >= self.list_from:
             listing = await asyncio.to_thread(
                 self._call, "firecREST jobs", lambda c: c.job_info(machine), tries=3
@@ -871,7 +813,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         missing = [job for job in jobs if job not in found]
         sem = asyncio.Semaphore(8)
 
-        async def one(job: Job) -> Mapping[str, Any] | None:
+        async def one(job: JobHandle) -> Mapping[str, Any] | None:
             async with sem:
                 return await asyncio.to_thread(self._one_job, job)
 
@@ -885,7 +827,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                 if not isinstance(a, BaseException)
             }
         )
-        updates: dict[Job, StateUpdate] = {}
+        updates: dict[JobHandle, StateUpdate] = {}
         for job in jobs:
             row = found.get(job)
             if row is None:
@@ -895,7 +837,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
                 updates[job] = update
         return updates
 
-    def _one_job(self, job: Job) -> Mapping[str, Any] | None:
+    def _one_job(self, job: JobHandle) -> Mapping[str, Any] | None:
         """``GET .../jobs/{id}`` for a job missing from the listing; None while not visible yet."""
         machine = self.site.machine
         try:
@@ -920,7 +862,7 @@ class FirecrestExecutor(RemoteOutputs, Executor):
             raise
         return found[0] if found else None
 
-    async def _update_for(self, job: Job, row: Mapping[str, Any]) -> StateUpdate | None:
+    async def _update_for(self, job: JobHandle, row: Mapping[str, Any]) -> StateUpdate | None:
         status = row.get("status") or {}
         raw = str(status.get("state") or "")
         st = map_state(raw)
@@ -995,13 +937,13 @@ class FirecrestExecutor(RemoteOutputs, Executor):
 
     # -- files -----------------------------------------------------------------------------------
 
-    def _run_dir(self, job: Job) -> str:
+    def _run_dir(self, job: JobHandle) -> str:
         d = job.record.extra.get("run_dir")
         if not d:
             raise LaunchersError(f"job {job.task_id}: no run directory in its record")
         return str(d)
 
-    async def read_file(self, job: Job, name: str, offset: int = 0) -> bytes | None:
+    async def read_file(self, job: JobHandle, name: str, offset: int = 0) -> bytes | None:
         """Bytes of ``RUN/name`` from ``offset``, exactly as they are on the site; None when the
         file does not exist."""
         path = posixpath.join(self._run_dir(job), name)
@@ -1124,10 +1066,10 @@ class FirecrestExecutor(RemoteOutputs, Executor):
 
     # -- cancel ----------------------------------------------------------------------------------
 
-    async def cancel(self, jobs: Sequence[Job]) -> None:
+    async def cancel(self, jobs: Sequence[JobHandle]) -> None:
         machine = self.site.machine
 
-        def one(job: Job) -> None:
+        def one(job: JobHandle) -> None:
             try:
                 with_retries(
                     lambda: self.client().cancel_job(machine, str(job.native_id)),
@@ -1156,4 +1098,4 @@ class FirecrestExecutor(RemoteOutputs, Executor):
         self.tracker.wake(poll_now=True)
 
 
-__all__ = ["FirecrestExecutor", "create_executor", "executor_from_record", "executor_key"]
+__all__ = ["FirecrestExecutor"]

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LaunchersError
-from ..jobs.executor import StateUpdate
+from ..jobs.update import StateUpdate
 from .firecrest_executor import (
     NOT_VISIBLE_GRACE,
     FirecrestExecutor,
@@ -28,7 +28,7 @@ from .firecrest_executor import (
 from .http import oldest_in, status_of, with_retries
 
 if TYPE_CHECKING:
-    from ..jobs.job import Job
+    from ..protocols import JobHandle
 
 log = logging.getLogger("launchers.remote")
 
@@ -40,6 +40,7 @@ class FirecrestV1Executor(FirecrestExecutor):
     """Submits, follows and cancels jobs on one firecREST v1 machine."""
 
     def _client_class(self) -> Any:
+        # lazy: pyfirecrest is heavy: loaded when a firecREST site is used
         from firecrest.v1 import Firecrest
 
         return Firecrest
@@ -77,7 +78,7 @@ class FirecrestV1Executor(FirecrestExecutor):
     def _upload_one(self, client: Any, directory: str, filename: str, data: bytes) -> None:
         client.simple_upload(self.site.machine, io.BytesIO(data), directory, filename=filename)
 
-    async def _started_remotely(self, job: Job) -> bool:
+    async def _started_remotely(self, job: JobHandle) -> bool:
         """Whether the run directory's ``job.rc`` or ``job.out`` has content (v1 reads them with
         ``utilities/view``)."""
         for name in ("job.rc", "job.out"):
@@ -132,10 +133,10 @@ class FirecrestV1Executor(FirecrestExecutor):
             self._acct(None), name, run_dir, id_key="jobid", dir_key="workingDirectory"
         )
 
-    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+    async def poll(self, jobs: Sequence[JobHandle]) -> Mapping[JobHandle, StateUpdate]:
         ids = [str(j.native_id) for j in jobs if j.native_id]
         rows = {str(r.get("jobid")): r for r in await asyncio.to_thread(self._acct, ids)}
-        updates: dict[Job, StateUpdate] = {}
+        updates: dict[JobHandle, StateUpdate] = {}
         for job in jobs:
             row = rows.get(str(job.native_id))
             if row is None:
@@ -156,15 +157,15 @@ class FirecrestV1Executor(FirecrestExecutor):
                 updates[job] = update
         return updates
 
-    async def read_file(self, job: Job, name: str, offset: int = 0) -> bytes | None:
+    async def read_file(self, job: JobHandle, name: str, offset: int = 0) -> bytes | None:
         """Bytes of ``RUN/name`` from ``offset`` (``GET /utilities/view``); None when missing."""
         path = posixpath.join(self._run_dir(job), name)
         return await asyncio.to_thread(self.read_bytes_sync, path, offset)
 
-    async def cancel(self, jobs: Sequence[Job]) -> None:
+    async def cancel(self, jobs: Sequence[JobHandle]) -> None:
         machine = self.site.machine
 
-        def one(job: Job) -> None:
+        def one(job: JobHandle) -> None:
             try:
                 self.client().cancel(machine, str(job.native_id))
             except Exception as e:  # e.g. the job already ended: the next poll reports its state

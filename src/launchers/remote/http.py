@@ -12,19 +12,34 @@ import logging
 import random
 import re
 import shlex
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import attrs
 
 from ..errors import AuthenticationError, ConnectorError, LaunchersError, TaskError
 from ..jobs.task import KIND_COMMAND
+from ..runtime.core import current
+from ..slurm.script import sh_quote
+from .backend_config import resolve_account
+from .environment import Environment, validate_environment
+from .resources import resources_from_options
+from .script import (
+    JobScriptSpec,
+    attempt_job_name,
+    finder_pairs,
+    job_name,
+    render_job_script,
+    run_id_for,
+    sbatch_pairs,
+    unicore_bss_file,
+    unicore_description,
+)
 
 if TYPE_CHECKING:
-    from ..jobs.job import Job
+    from ..protocols import JobHandle
 
 log = logging.getLogger("launchers.remote")
 #: retry jitter from a generator of our own: the global one is the user's (seeded runs)
@@ -63,37 +78,30 @@ class RemotePayload:
         """UNICORE's ``BSS file`` for the job name ``name`` (None: not a UNICORE job)."""
         if self.bss_sbatch is None:
             return None
-        from .script import unicore_bss_file
 
         return unicore_bss_file(name, self.bss_sbatch)
 
     def name_for(self, attempt: int) -> str:
         """The job name of ``attempt`` at the site (``BASE-aN``)."""
-        from .script import attempt_job_name
-
         return attempt_job_name(self.job_name, attempt)
-
-
-_payloads: dict[Path, RemotePayload] = {}
-_payload_lock = threading.Lock()
 
 
 def attach_payload(directory: Path, payload: RemotePayload) -> None:
     """Make ``payload`` what the job of ``directory`` sends (``run_project`` sets it before submit)."""
-    with _payload_lock:
-        _payloads[Path(directory).absolute()] = payload
+    runtime = current()
+    with runtime.payloads_lock:
+        runtime.payloads[Path(directory).absolute()] = payload
 
 
 def attached_payload(directory: Path) -> RemotePayload | None:
-    with _payload_lock:
-        return _payloads.get(Path(directory).absolute())
+    runtime = current()
+    with runtime.payloads_lock:
+        return cast("RemotePayload | None", runtime.payloads.get(Path(directory).absolute()))
 
 
-def remote_job_name(job: Job) -> str:
+def remote_job_name(job: JobHandle) -> str:
     """``NAME-DIGEST12-aN``: unique per task and attempt, as for Slurm jobs; a long name is
     shortened, never the suffix (a site allows 64 characters)."""
-    from .script import attempt_job_name, job_name
-
     place = f"-{job.directory.name[:12]}"
     return attempt_job_name(
         job_name(job.name, 64 - len(place) - len(f"-a{job.attempt}")) + job_name(place), job.attempt
@@ -127,21 +135,9 @@ def check_task(task: Any, kind: str) -> None:
         )
 
 
-def task_payload(job: Job, kind: str) -> RemotePayload:
+def task_payload(job: JobHandle, kind: str) -> RemotePayload:
     """The payload of an experiment's command task: ``job.sh`` runs its argv in the run directory
     with the group's ``environment`` and the task's ``env``; nothing else is uploaded."""
-    from ..slurm.script import sh_quote
-    from .backend_config import resolve_account
-    from .environment import Environment, validate_environment
-    from .resources import resources_from_options
-    from .script import (
-        JobScriptSpec,
-        finder_pairs,
-        render_job_script,
-        run_id_for,
-        sbatch_pairs,
-        unicore_description,
-    )
 
     task = job.task
     launcher: Any = job.launcher
@@ -275,6 +271,7 @@ def retry_after_of(error: BaseException) -> float | None:
 
 def is_transient(error: BaseException) -> bool:
     """A failure worth retrying: a transient HTTP status, or no answer at all."""
+    # lazy: httpx and requests (the two REST clients' transports) only to classify an error
     import httpx
     import requests
 

@@ -14,7 +14,7 @@ from ..fsutil import atomic_write_text
 from ..jobs.record import RcRecord, parse_rc
 
 if TYPE_CHECKING:
-    from ..jobs.job import Job
+    from ..protocols import JobHandle
 
 #: The files followed while a job runs (appended locally as they grow).
 OUTPUTS = ("job.out", "job.err")
@@ -24,10 +24,10 @@ class RemoteOutputs(abc.ABC):
     """Follows ``job.out``/``job.err`` and fetches ``job.rc`` through ``read_file``."""
 
     @abc.abstractmethod
-    async def read_file(self, job: Job, name: str, offset: int = 0) -> bytes | None:
+    async def read_file(self, job: JobHandle, name: str, offset: int = 0) -> bytes | None:
         """Bytes of the job's remote file ``name`` from ``offset`` (None when absent)."""
 
-    async def sync_outputs(self, job: Job) -> int:
+    async def sync_outputs(self, job: JobHandle) -> int:
         """Append the new bytes of the remote ``job.out``/``job.err`` to the local copies;
         returns how many bytes arrived. Each local file is locked (``flock``) while it grows:
         another process following the same job (``launchers logs --follow``, ``status``) skips
@@ -48,7 +48,7 @@ class RemoteOutputs(abc.ABC):
                         total += len(data)
         return total
 
-    async def fetch_rc(self, job: Job) -> RcRecord | None:
+    async def fetch_rc(self, job: JobHandle) -> RcRecord | None:
         """The remote ``job.rc`` (also written, atomically, to the local job directory), or None."""
         data = await self.read_file(job, "job.rc")
         if not data:

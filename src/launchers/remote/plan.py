@@ -167,6 +167,7 @@ class RunPlan:
 
 
 def _find_group(config: Any, group_id: str) -> UnicoreGroup | FirecrestGroup:
+    # lazy: the configuration loader and the finder only when a run needs them (import time of launchers run)
     from ..config.loader import load_config
 
     cfg = load_config(config)
@@ -241,6 +242,7 @@ def plan_run(
                 backend
             )  # Slurm over SSH: the Resources become its sbatch options
     else:
+        # lazy: the configuration loader and the finder only when a run needs them (import time of launchers run)
         from ..finder.search import find_launcher
 
         assert requirement is not None

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from .. import __version__
+from .._version import __version__
 from ..errors import ScriptError
 from ..slurm.script import directive, sh_quote, split_arg
 from .environment import Environment, Snippet

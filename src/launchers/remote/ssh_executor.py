@@ -22,11 +22,14 @@ import attrs
 
 from ..connectors.base import Connector
 from ..errors import AuthenticationError, ConnectorError, LaunchersError
-from ..jobs.loop import blocking
+from ..jobs.update import StateUpdate
+from ..runtime.loop import blocking
 from ..slurm.executor import SlurmExecutor
 from ..slurm.script import ScriptSpec
+from .environment import Environment, validate_environment
 from .http import attached_payload
 from .outputs import RemoteOutputs
+from .script import JobScriptSpec, render_job_script
 from .ssh_site import (
     PROJECT_SUBDIR,
     SSHSite,
@@ -37,10 +40,10 @@ from .ssh_site import (
 )
 
 if TYPE_CHECKING:
-    from ..jobs.job import Job
     from ..jobs.record import StateRecord
     from ..jobs.task import Task
     from ..launcher import Launcher
+    from ..protocols import JobHandle
 
 #: files sent at once
 UPLOAD_CONCURRENCY = 4
@@ -93,6 +96,7 @@ class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
     @property
     def connector(self) -> Connector:
         if self._connector is None:
+            # lazy: asyncssh (~0.3 s to import) only when the site is reached
             from ..connectors.ssh import SSHConnector
 
             self._connector = SSHConnector(connector_config(self.site))
@@ -119,9 +123,10 @@ class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
             self._credentials_checked.add(seen)
         super().validate(launcher, task)
 
-    async def _prepare_remote(self, job: Job) -> str:
+    async def _prepare_remote(self, job: JobHandle) -> str:
         """The remote job directory (created, params.json copied), the site recorded, and the
         project's files uploaded to its ``project/`` sub-directory."""
+        # lazy: asyncssh (~0.3 s to import) only when the site is reached
         from ..connectors.ssh import HostKeyError, SSHAuthenticationError
 
         if not job.record.extra.get("ssh_site"):
@@ -155,7 +160,7 @@ class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
 
         await asyncio.gather(*(one(Path(local), rel) for local, rel in uploads))
 
-    def script_spec(self, job: Job, launcher: Any) -> ScriptSpec:
+    def script_spec(self, job: JobHandle, launcher: Any) -> ScriptSpec:
         """The Slurm job script of ``job``: its command runs in ``project/`` through the
         ``Environment`` script (``bash -l -c``, so that ``module`` is defined)."""
         spec = super().script_spec(job, launcher)
@@ -171,8 +176,6 @@ class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
         self, launcher: Any, spec: ScriptSpec, run_dir: str, cwd: str | None
     ) -> str:
         """An experiment task: its argv inside the group's ``Environment``."""
-        from .environment import Environment, validate_environment
-        from .script import JobScriptSpec, render_job_script
 
         group = getattr(launcher, "group", None)
         env = Environment()
@@ -198,13 +201,13 @@ class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
 
     # -- outputs --------------------------------------------------------------------------------
 
-    async def _fetch_outputs(self, job: Job) -> None:
+    async def _fetch_outputs(self, job: JobHandle) -> None:
         """The final copy, never interleaved with ``sync_outputs`` appending to the same files."""
         lock = job.runtime.setdefault("output_lock", asyncio.Lock())
         async with lock:
             await super()._fetch_outputs(job)
 
-    async def read_file(self, job: Job, name: str, offset: int = 0) -> bytes | None:
+    async def read_file(self, job: JobHandle, name: str, offset: int = 0) -> bytes | None:
         """The remote job directory's ``name`` from ``offset`` (None before it exists)."""
         remote = self._job_dir(job)
         if not remote or remote == str(job.directory):
@@ -222,8 +225,6 @@ def _read(path: Path) -> tuple[bytes, bool]:
 
 
 def _site_update(site: SSHSite) -> Any:
-    from ..jobs.executor import StateUpdate
-
     return StateUpdate(extra={"ssh_site": site.to_record()})
 
 

@@ -19,6 +19,7 @@ import attrs
 from ..config.model import SlurmGroup, SSHConnectorConfig
 from ..errors import AuthenticationError
 from ..slurm.launcher import SlurmLauncher
+from .script import sbatch_pairs
 
 if TYPE_CHECKING:
     from .resources import Resources
@@ -79,6 +80,7 @@ def ssh_username(site: SSHSite, environ: Mapping[str, str] | None = None) -> str
 def check_credentials(site: SSHSite, environ: Mapping[str, str] | None = None) -> None:
     """Before anything is recorded: the user name is set and a private key given in the
     environment can be read (decrypted with the password when it is encrypted)."""
+    # lazy: asyncssh only for a key check; goes up to the connectors, until the check moves to the SSH site kind (issue 17 step 14)
     from ..connectors.ssh import private_key_from
 
     env = os.environ if environ is None else environ
@@ -150,8 +152,6 @@ def ssh_launcher(
 ) -> SSHSiteLauncher:
     """The launcher of an SSH site with ``Resources`` as sbatch options (the firecREST mapping:
     ``--partition``, ``--time=D-HH:MM:SS``, ``--ntasks-per-node=1 --cpus-per-task=N``...)."""
-    from .script import sbatch_pairs
-
     group = SSHSiteGroup(id=label, site=site, environment=environment)
     launcher = SSHSiteLauncher(group=group, resources=resources)
     pairs = sbatch_pairs(resources, account)

@@ -21,7 +21,10 @@ from ..errors import LaunchersError
 from ..jobs.experiment import Experiment
 from ..jobs.record import job_directory, read_record
 from ..jobs.state import JobState
+from ..runtime.loop import run_sync
+from .firecrest import FirecrestLauncher
 from .http import RemotePayload, attach_payload
+from .unicore import UnicoreLauncher
 
 log = logging.getLogger("launchers.remote")
 
@@ -40,14 +43,10 @@ def plan_launcher(plan: Any) -> Any:
     # a group from launchers.yaml has a position; a standalone config has none (Mantik fallbacks)
     position = Position(file="launchers.yaml", line=0) if not plan.standalone else Position()
     if isinstance(site, UnicoreSite):
-        from .unicore import UnicoreLauncher
-
         return UnicoreLauncher(
             group=UnicoreGroup(id=label or "backend-config", site=site, position=position)
         )
     if isinstance(site, FirecrestSite):
-        from .firecrest import FirecrestLauncher
-
         return FirecrestLauncher(
             group=FirecrestGroup(id=label or "backend-config", site=site, position=position)
         )
@@ -150,8 +149,6 @@ def _wait_submitted(job: Any) -> bool:
 
 def follow_job(job: Any, out: BinaryIO, err: BinaryIO) -> int:
     """Print ``job.out``/``job.err`` as they grow until the job is final; its exit status."""
-    from ..jobs.loop import run_sync
-
     executor = job.executor
     sync = getattr(executor, "sync_outputs", None)
     offsets = {job.paths.stdout: 0, job.paths.stderr: 0}

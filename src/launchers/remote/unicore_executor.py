@@ -22,9 +22,10 @@ from urllib.parse import quote
 from ..config.model import UnicoreSite
 from ..errors import AuthenticationError, LaunchersError, SubmissionError
 from ..fsutil import atomic_write_text
-from ..jobs.executor import Executor, StateUpdate
 from ..jobs.record import iso_epoch, now_iso, submitting_since
 from ..jobs.state import JobState
+from ..jobs.update import StateUpdate
+from ..runtime.executor import Executor
 from .http import (
     attached_payload,
     check_task,
@@ -40,10 +41,10 @@ from .outputs import RemoteOutputs
 from .script import UNICORE_BSS_FILE
 
 if TYPE_CHECKING:
-    from ..jobs.job import Job
     from ..jobs.record import StateRecord
     from ..jobs.task import Task
     from ..launcher import Launcher
+    from ..protocols import JobHandle
 
 log = logging.getLogger("launchers.remote")
 
@@ -202,6 +203,7 @@ class UnicoreExecutor(RemoteOutputs, Executor):
     # -- the pyunicore client (worker threads) -------------------------------------------------------
 
     def _credential(self) -> Any:
+        # lazy: pyunicore is heavy: loaded when a UNICORE site is used
         from pyunicore import credentials
 
         env = os.environ
@@ -229,6 +231,7 @@ class UnicoreExecutor(RemoteOutputs, Executor):
 
     def client(self) -> Any:
         """The pyunicore ``Client`` (created once; checks that we are not ``anonymous``)."""
+        # lazy: pyunicore is heavy: loaded when a UNICORE site is used
         from pyunicore.client import Client, Transport
         from pyunicore.credentials import AuthenticationFailedException
 
@@ -286,7 +289,7 @@ class UnicoreExecutor(RemoteOutputs, Executor):
         check_task(task, "unicore")
         self._credential()
 
-    async def submit(self, job: Job) -> None:
+    async def submit(self, job: JobHandle) -> None:
         payload = attached_payload(job.directory) or task_payload(job, "unicore")
         name = payload.name_for(job.attempt)
         script = payload.script(None, name)
@@ -415,7 +418,7 @@ class UnicoreExecutor(RemoteOutputs, Executor):
             ) from None
         return str(ujob.resource_url)
 
-    async def reconcile(self, job: Job) -> None:
+    async def reconcile(self, job: JobHandle) -> None:
         """A job found SUBMITTING after a crash: adopt the started UNICORE job tagged with its task
         id (destroying ones left READY, whose uploads may be incomplete), else submit."""
         tag = job.record.extra.get("unicore_tag")
@@ -457,16 +460,16 @@ class UnicoreExecutor(RemoteOutputs, Executor):
 
     # -- status ----------------------------------------------------------------------------------
 
-    def job_url(self, job: Job) -> str:
+    def job_url(self, job: JobHandle) -> str:
         url = job.runtime.get("unicore_url") or job.record.extra.get("unicore_url")
         if not url:
             raise LaunchersError(f"job {job.task_id}: no UNICORE job URL in its record")
         return str(url)
 
-    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+    async def poll(self, jobs: Sequence[JobHandle]) -> Mapping[JobHandle, StateUpdate]:
         sem = asyncio.Semaphore(self.max_in_flight)
 
-        async def one(job: Job) -> Any:
+        async def one(job: JobHandle) -> Any:
             async with sem:
                 url = self.job_url(job)
                 return await asyncio.to_thread(
@@ -479,7 +482,7 @@ class UnicoreExecutor(RemoteOutputs, Executor):
                 )
 
         results = await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True)
-        updates: dict[Job, StateUpdate] = {}
+        updates: dict[JobHandle, StateUpdate] = {}
         for job, props in zip(jobs, results, strict=True):
             if isinstance(props, BaseException) and status_of(props) == 404:
                 updates[job] = gone_update(job)  # expired (termination time) or destroyed
@@ -496,7 +499,7 @@ class UnicoreExecutor(RemoteOutputs, Executor):
                 updates[job] = update
         return updates
 
-    async def _update_for(self, job: Job, props: Mapping[str, Any]) -> StateUpdate | None:
+    async def _update_for(self, job: JobHandle, props: Mapping[str, Any]) -> StateUpdate | None:
         status = str(props.get("status", ""))
         if status in PENDING_STATES:
             return StateUpdate(state=JobState.PENDING, slurm_state=status)
@@ -583,7 +586,7 @@ class UnicoreExecutor(RemoteOutputs, Executor):
 
     # -- files -----------------------------------------------------------------------------------
 
-    async def _storage_url(self, job: Job) -> str:
+    async def _storage_url(self, job: JobHandle) -> str:
         props: Any = job.runtime.get("unicore_props")
         if not isinstance(props, Mapping):
             url = self.job_url(job)
@@ -591,7 +594,7 @@ class UnicoreExecutor(RemoteOutputs, Executor):
             job.runtime["unicore_props"] = props
         return str(props["_links"]["workingDirectory"]["href"])
 
-    async def read_file(self, job: Job, name: str, offset: int = 0) -> bytes | None:
+    async def read_file(self, job: JobHandle, name: str, offset: int = 0) -> bytes | None:
         """Bytes of ``name`` in the job's working directory from ``offset`` (None: no such file).
 
         From an offset, the file's size is read first and the ``Range`` never starts past it
@@ -629,8 +632,8 @@ class UnicoreExecutor(RemoteOutputs, Executor):
 
     # -- cancel ----------------------------------------------------------------------------------
 
-    async def cancel(self, jobs: Sequence[Job]) -> None:
-        async def one(job: Job) -> None:
+    async def cancel(self, jobs: Sequence[JobHandle]) -> None:
+        async def one(job: JobHandle) -> None:
             url = self.job_url(job) + "/actions/abort"
             props = job.runtime.get("unicore_props")
             if isinstance(props, Mapping):
@@ -649,13 +652,13 @@ class UnicoreExecutor(RemoteOutputs, Executor):
                 log.error("UNICORE abort failed: %s", redact(str(r), self._secrets))
         self.tracker.wake(poll_now=True)
 
-    async def destroy(self, job: Job) -> None:
+    async def destroy(self, job: JobHandle) -> None:
         """Remove a finished job and its working directory at the site (``launchers clean``)."""
         url = self.job_url(job)
         await asyncio.to_thread(lambda: self.client().transport.delete(url=url).close())
 
 
-def gone_update(job: Job) -> StateUpdate:
+def gone_update(job: JobHandle) -> StateUpdate:
     """A job whose URL answers 404 (pure): UNICORE destroyed it (its termination time passed,
     or it was deleted), its working directory with it; it will never change again."""
     reason = (

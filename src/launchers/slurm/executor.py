@@ -21,22 +21,27 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..config.model import Position, SlurmGroup
 from ..connectors.base import CommandResult, Connector
 from ..connectors.local import LocalConnector
+from ..connectors.registry import get_connector
 from ..errors import ConnectorError, LaunchersError, ScriptError, SubmissionError
 from ..fsutil import atomic_write_bytes
-from ..jobs.executor import Executor, StateUpdate
-from ..jobs.loop import background, blocking
 from ..jobs.record import RC, STDERR, STDOUT, iso_epoch, now_iso, parse_rc, submitting_since
 from ..jobs.state import JobState
+from ..jobs.update import StateUpdate
+from ..runtime.executor import Executor
+from ..runtime.loop import background, blocking, call_soon
 from ..units import parse_slurm_time, slurm_time
 from . import parse as P
+from .launcher import SlurmLauncher
 from .limits import Allowance, allowance_command, parse_allowance
 from .script import (
     ArraySpec,
@@ -52,10 +57,10 @@ from .script import (
 from .states import SlurmStatus, UnknownStateWarner, cancel_reason, is_fatal_reason, map_state
 
 if TYPE_CHECKING:
-    from ..jobs.job import Job
     from ..jobs.record import RcRecord
     from ..jobs.task import Task
     from ..launcher import Launcher
+    from ..protocols import JobHandle
 
 log = logging.getLogger("launchers.slurm")
 #: Runs "$@" without SBATCH_*, SALLOC_*, SRUN_* and SLURM_* (but SLURM_CONF) on the cluster side
@@ -127,9 +132,6 @@ def create_executor(launcher: Launcher) -> SlurmExecutor:
 
 def executor_from_record(info: Mapping[str, Any], record: Any) -> SlurmExecutor:
     """An executor for a job known only from its ``state.json`` (CLI ``cancel``, ``jobs``)."""
-    from ..config.model import Position, SlurmGroup
-    from .launcher import SlurmLauncher
-
     group = SlurmGroup(
         id=info.get("group"),
         connector=str(info.get("connector") or "local"),
@@ -219,7 +221,7 @@ class SlurmExecutor(Executor):
         #: ids of the jobs inside ``submit`` (staging, sbatch): a cancel there is handled by it
         self._in_submit: set[int] = set()
         self._backoff_until = 0.0
-        self._held: dict[int, Job] = {}
+        self._held: dict[int, JobHandle] = {}
         self._slot_freed: asyncio.Event | None = None
         self._user: tuple[str, int] | None = None
         self._max_array: int | None = None
@@ -238,10 +240,9 @@ class SlurmExecutor(Executor):
     @property
     def connector(self) -> Connector:
         if self._connector is None:
-            from ..connectors.registry import get_connector
-
             config = None
             if self.connector_name != "local":
+                # lazy: the configuration loader (~80 ms to import) only for a connector
                 from ..config.loader import load_config
 
                 path = getattr(getattr(self.group, "position", None), "file", None)
@@ -305,7 +306,7 @@ class SlurmExecutor(Executor):
                 self._user = (lines[0], int(lines[1]))
         return self._user
 
-    def _job_dir(self, job: Job) -> str:
+    def _job_dir(self, job: JobHandle) -> str:
         """Where the job's files are on the cluster side (the local directory on this machine;
         under the SSH connector's ``workdir`` otherwise, recorded as ``remote_dir``)."""
         if self.is_local:
@@ -313,7 +314,7 @@ class SlurmExecutor(Executor):
         remote = job.runtime.get("remote_dir") or job.record.extra.get("remote_dir")
         return str(remote) if remote else str(job.directory)
 
-    async def _prepare_remote(self, job: Job) -> str:
+    async def _prepare_remote(self, job: JobHandle) -> str:
         """Choose (once) and create the remote job directory, and copy ``params.json`` there."""
         remote = job.runtime.get("remote_dir") or job.record.extra.get("remote_dir")
         if not remote:
@@ -333,7 +334,7 @@ class SlurmExecutor(Executor):
             await self.connector.write_file(f"{remote}/params.json", params.read_bytes())
         return str(remote)
 
-    async def _fetch_outputs(self, job: Job) -> None:
+    async def _fetch_outputs(self, job: JobHandle) -> None:
         """Copy a finished remote job's outputs back into the local job directory."""
         if self.is_local:
             return
@@ -370,7 +371,7 @@ class SlurmExecutor(Executor):
                 self._checked.add(key)
         check_env(task.env)
 
-    def script_spec(self, job: Job, launcher: Any) -> ScriptSpec:
+    def script_spec(self, job: JobHandle, launcher: Any) -> ScriptSpec:
         """The script inputs of ``job``'s current attempt."""
         task = job.task
         if task is None:
@@ -414,20 +415,20 @@ class SlurmExecutor(Executor):
 
     # -- submission (§4) ------------------------------------------------------------------------
 
-    def owns_waiting(self, job: Job) -> bool:
+    def owns_waiting(self, job: JobHandle) -> bool:
         return id(job) in self._held
 
-    def _learn_cluster(self, job: Job) -> None:
+    def _learn_cluster(self, job: JobHandle) -> None:
         """A job recorded with the cluster sbatch named (``ID;CLUSTER``) gives it to every later
         command of this executor, also in a later process (§4)."""
         if job.record.cluster and not self.cluster:
             self.cluster = job.record.cluster
 
-    def track(self, job: Job) -> None:
+    def track(self, job: JobHandle) -> None:
         self._learn_cluster(job)
         super().track(job)
 
-    def enqueue(self, job: Job, *, reconcile: bool = False) -> None:
+    def enqueue(self, job: JobHandle, *, reconcile: bool = False) -> None:
         """Collect jobs inside ``array()`` blocks; otherwise as every executor."""
         self._learn_cluster(job)
         bucket = getattr(self._collect, "bucket", None)
@@ -436,7 +437,7 @@ class SlurmExecutor(Executor):
             return
         super().enqueue(job, reconcile=reconcile)
 
-    async def submit(self, job: Job) -> None:
+    async def submit(self, job: JobHandle) -> None:
         # a cancel arriving while the job is staged is left to the submission: it stops before
         # sbatch, or cancels the id sbatch returns; nothing runs unrecorded (§4, §7)
         key = id(job)
@@ -448,7 +449,7 @@ class SlurmExecutor(Executor):
             if outer:
                 self._in_submit.discard(key)
 
-    def _cancelled_before_sbatch(self, job: Job) -> bool:
+    def _cancelled_before_sbatch(self, job: JobHandle) -> bool:
         """A cancel was asked before sbatch ran: record CANCELLED (nothing was submitted)."""
         if not job.cancel_requested:
             return False
@@ -457,7 +458,7 @@ class SlurmExecutor(Executor):
         )
         return True
 
-    async def _submit(self, job: Job) -> None:
+    async def _submit(self, job: JobHandle) -> None:
         launcher = job.launcher or self.launcher
         # Nothing is submitted yet, so a transport failure while staging is retried (§4).
         deadline = time.monotonic() + RETRY_TOTAL
@@ -519,7 +520,7 @@ class SlurmExecutor(Executor):
         else:
             await self.connector.write_file(path, data, mode=mode)
 
-    async def _submit_loop(self, job: Job, name: str, directory: str) -> None:
+    async def _submit_loop(self, job: JobHandle, name: str, directory: str) -> None:
         deadline = time.monotonic() + RETRY_TOTAL
         delay = RETRY_FIRST
         last_error = ""
@@ -578,7 +579,7 @@ class SlurmExecutor(Executor):
             await asyncio.sleep(jittered)
             delay *= 2
 
-    async def _accepted(self, job: Job, native_id: str, cluster: str | None) -> None:
+    async def _accepted(self, job: JobHandle, native_id: str, cluster: str | None) -> None:
         if cluster and not self.cluster:
             self.cluster = cluster
         job.runtime["submitted_mono"] = time.monotonic()
@@ -609,7 +610,7 @@ class SlurmExecutor(Executor):
         if job.cancel_requested:
             await self.cancel([job])
 
-    async def _hold_for_limit(self, job: Job, message: str) -> None:
+    async def _hold_for_limit(self, job: JobHandle, message: str) -> None:
         self._held[id(job)] = job
         job.apply(
             StateUpdate(
@@ -686,17 +687,17 @@ class SlurmExecutor(Executor):
         return sorted(found, key=int), others & set(found)
 
     @staticmethod
-    def _submitting_since(job: Job) -> float | None:
+    def _submitting_since(job: JobHandle) -> float | None:
         """When this attempt's SUBMITTING was recorded (epoch), from the record's history."""
         return submitting_since(job.record)
 
-    def _workdir(self, job: Job) -> str | None:
+    def _workdir(self, job: JobHandle) -> str | None:
         """The working directory the job's script asks for (``--chdir``), when it is known."""
         if job.task is None:
             return None
         return job.task.cwd or self._job_dir(job)
 
-    async def _adopt_by_name(self, job: Job, name: str) -> bool:
+    async def _adopt_by_name(self, job: JobHandle, name: str) -> bool:
         ids, foreign = await self._named(name, self._submitting_since(job), self._workdir(job))
         if not ids:
             return False
@@ -711,7 +712,7 @@ class SlurmExecutor(Executor):
         await self._accepted(job, keep, None)
         return True
 
-    async def _adopt_array_element(self, job: Job) -> bool:
+    async def _adopt_array_element(self, job: JobHandle) -> bool:
         """A SUBMITTING element of an array: find the array by its name, then our index."""
         arr = job.record.extra.get("array")
         if not isinstance(arr, Mapping) or not arr.get("name") or not arr.get("dir"):
@@ -732,7 +733,7 @@ class SlurmExecutor(Executor):
         await self._accepted(job, f"{ids[0]}_{lines.index(me)}", None)
         return True
 
-    async def reconcile(self, job: Job) -> None:
+    async def reconcile(self, job: JobHandle) -> None:
         """A record found in SUBMITTING: adopt the job found by name, else submit (§4)."""
         if await self._adopt_array_element(job):
             return
@@ -777,12 +778,12 @@ class SlurmExecutor(Executor):
             return None
         return parse_rc(data.decode("utf-8", errors="replace"))
 
-    def _rc_matches(self, job: Job, rc: RcRecord) -> bool:
+    def _rc_matches(self, job: JobHandle, rc: RcRecord) -> bool:
         if rc.native_id is not None and job.native_id is not None:
             return rc.native_id == job.native_id
         return rc.attempt is None or rc.attempt >= job.attempt
 
-    def _rc_update(self, job: Job, rc: RcRecord) -> StateUpdate | None:
+    def _rc_update(self, job: JobHandle, rc: RcRecord) -> StateUpdate | None:
         if not self._rc_matches(job, rc):
             return None
         self._note_restarts(job, rc.attempt)
@@ -791,7 +792,7 @@ class SlurmExecutor(Executor):
                                started_at=rc.start, ended_at=rc.end)  # fmt: skip
         return None
 
-    def _note_restarts(self, job: Job, attempt: int | None) -> None:
+    def _note_restarts(self, job: JobHandle, attempt: int | None) -> None:
         """Slurm requeued the job in place: record the new attempt (same id, appended output)."""
         if attempt is None or attempt <= job.attempt:
             return
@@ -808,9 +809,9 @@ class SlurmExecutor(Executor):
             ).transition(detail=f"attempt {rec.attempt + 1} (requeued by Slurm)")
         job.replace_record(rec, write=True)
 
-    async def fast_poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+    async def fast_poll(self, jobs: Sequence[JobHandle]) -> Mapping[JobHandle, StateUpdate]:
         """Every second on this machine: a ``job.rc`` with rc 0 completes a job, no Slurm call."""
-        out: dict[Job, StateUpdate] = {}
+        out: dict[JobHandle, StateUpdate] = {}
         for job in jobs:
             rc = await self._read_rc(self._job_dir(job))
             if rc is None:
@@ -827,17 +828,17 @@ class SlurmExecutor(Executor):
 
     # -- tracking (§5) --------------------------------------------------------------------------
 
-    async def poll(self, jobs: Sequence[Job]) -> Mapping[Job, StateUpdate]:
+    async def poll(self, jobs: Sequence[JobHandle]) -> Mapping[JobHandle, StateUpdate]:
         if not self.is_local:
             return await self._poll_remote(jobs)
         rcs = {job: await self._read_rc(self._job_dir(job)) for job in jobs}
         return await self._poll_with(jobs, rcs)
 
     async def _poll_with(
-        self, jobs: Sequence[Job], rcs: Mapping[Job, RcRecord | None]
-    ) -> dict[Job, StateUpdate]:
-        out: dict[Job, StateUpdate] = {}
-        rest: list[Job] = []
+        self, jobs: Sequence[JobHandle], rcs: Mapping[JobHandle, RcRecord | None]
+    ) -> dict[JobHandle, StateUpdate]:
+        out: dict[JobHandle, StateUpdate] = {}
+        rest: list[JobHandle] = []
         for job in jobs:
             rc = rcs.get(job)
             update = self._rc_update(job, rc) if rc is not None else None
@@ -852,7 +853,7 @@ class SlurmExecutor(Executor):
                 live = await self._live_pending(rest, rows)
                 rows = _with_live_reasons(rows, self._live_rows)
             now = time.time()
-            missing: list[Job] = []
+            missing: list[JobHandle] = []
             for job in rest:
                 row = rows.get(job.native_id or "")
                 if row is None:
@@ -882,7 +883,7 @@ class SlurmExecutor(Executor):
             self._signal_slot()
         return out
 
-    async def _query(self, jobs: Sequence[Job]) -> tuple[dict[str, Row], str]:
+    async def _query(self, jobs: Sequence[JobHandle]) -> tuple[dict[str, Row], str]:
         """ONE Slurm query for ``jobs``: sacct, or squeue without accounting (§5)."""
         if self._accounting is not False:
             try:
@@ -899,7 +900,7 @@ class SlurmExecutor(Executor):
         return await self._squeue(jobs), "squeue"
 
     async def _live_pending(
-        self, jobs: Sequence[Job], rows: Mapping[str, Row]
+        self, jobs: Sequence[JobHandle], rows: Mapping[str, Row]
     ) -> dict[str, Row] | None:
         """squeue's rows, read when sacct lists a job pending for ``FATAL_CONFIRM / 2`` or more
         and the last reading is that old (None otherwise: the cycle keeps its one query).
@@ -929,7 +930,7 @@ class SlurmExecutor(Executor):
         self._live_rows = {jid: row for jid, row in live.items() if _is_pending(row)}
         return live
 
-    async def _sacct_argv(self, jobs: Sequence[Job]) -> list[str]:
+    async def _sacct_argv(self, jobs: Sequence[JobHandle]) -> list[str]:
         """sacct for ``jobs``: ``--jobs=ID,...``, or ``--user=U --starttime=T`` (T one hour before
         the oldest submission) when the id list would pass ``MAX_ID_LIST`` bytes (§5)."""
         ids = sorted({P.master_id(j.native_id or "") for j in jobs if j.native_id}, key=int)
@@ -949,7 +950,7 @@ class SlurmExecutor(Executor):
             argv.append(f"--jobs={id_list}")
         return argv
 
-    async def _sacct(self, jobs: Sequence[Job]) -> dict[str, Row]:
+    async def _sacct(self, jobs: Sequence[JobHandle]) -> dict[str, Row]:
         argv = await self._sacct_argv(jobs)
         res = await self._run(argv)
         if res.returncode != 0:
@@ -976,7 +977,7 @@ class SlurmExecutor(Executor):
         return ["squeue", "--noheader", "--array", "--states=all", f"--user={user}",
                 f"--format={P.SQUEUE_FORMAT}", *self._cluster_args()]  # fmt: skip
 
-    async def _squeue(self, jobs: Sequence[Job]) -> dict[str, Row]:
+    async def _squeue(self, jobs: Sequence[JobHandle]) -> dict[str, Row]:
         user, _ = await self.user()
         res = await self._run(self._squeue_argv(user))
         if res.returncode != 0:
@@ -991,7 +992,9 @@ class SlurmExecutor(Executor):
 
     # -- deciding a state -----------------------------------------------------------------------
 
-    def _from_row(self, job: Job, row: Row, rc: RcRecord | None, now: float) -> StateUpdate | None:
+    def _from_row(
+        self, job: JobHandle, row: Row, rc: RcRecord | None, now: float
+    ) -> StateUpdate | None:
         if row.source == UNREADABLE:
             return None  # its line could not be read: this job stays as it was (§5)
         status = map_state(row.state)
@@ -1052,12 +1055,12 @@ class SlurmExecutor(Executor):
             ended_at=ended, **common,
         )  # fmt: skip
 
-    def _group_of(self, job: Job) -> Any:
+    def _group_of(self, job: JobHandle) -> Any:
         """The job's own group (several groups may share this executor's connector and cluster)."""
         return getattr(job.launcher, "group", None) or self.group
 
     def _pending(
-        self, job: Job, status: SlurmStatus, row: Row, now: float, common: dict[str, Any]
+        self, job: JobHandle, status: SlurmStatus, row: Row, now: float, common: dict[str, Any]
     ) -> StateUpdate:
         reason = row.reason or ""
         group = self._group_of(job)
@@ -1083,7 +1086,7 @@ class SlurmExecutor(Executor):
         text = status.note or (reason if reason and reason != "None" else "")
         return StateUpdate(state=JobState.PENDING, detail=row.source, reason=text, **common)
 
-    def _gone(self, job: Job, rc: RcRecord | None, now: float) -> StateUpdate | None:
+    def _gone(self, job: JobHandle, rc: RcRecord | None, now: float) -> StateUpdate | None:
         """No scheduler record: decided by job.rc, else LOST after 3 polls spanning lost_after."""
         if rc is not None and self._rc_matches(job, rc):
             if rc.success:
@@ -1105,7 +1108,7 @@ class SlurmExecutor(Executor):
                                reason="Slurm has no record of the job and it left no exit record")  # fmt: skip
         return None
 
-    def _requeue_fallback(self, job: Job, state: JobState) -> bool:
+    def _requeue_fallback(self, job: JobHandle, state: JobState) -> bool:
         """Resubmit a resumable job that ended in TIMEOUT/PREEMPTED/NODE_FAIL (§9)."""
         task = job.task
         if task is None or not task.resumable or job.cancel_requested:
@@ -1129,7 +1132,7 @@ class SlurmExecutor(Executor):
         background(self._resubmit(job))
         return True
 
-    async def _resubmit(self, job: Job) -> None:
+    async def _resubmit(self, job: JobHandle) -> None:
         try:
             await self.submit(job)
         except Exception as e:
@@ -1138,7 +1141,7 @@ class SlurmExecutor(Executor):
 
     # -- remote poll: one command per cycle ----------------------------------------------------
 
-    async def _poll_remote(self, jobs: Sequence[Job]) -> dict[Job, StateUpdate]:
+    async def _poll_remote(self, jobs: Sequence[JobHandle]) -> dict[JobHandle, StateUpdate]:
         user, _ = await self.user()
         # The job directories go on stdin, one a line, so that the command stays the same size
         # whatever the number of jobs (one argument is limited to 128 KiB on Linux). A directory
@@ -1186,7 +1189,7 @@ class SlurmExecutor(Executor):
             else:
                 sections.setdefault(current, []).append(line)
         rcs = {job: parse_rc("\n".join(sections.get(f"rc {i}", []))) for i, job in enumerate(jobs)}
-        out: dict[Job, StateUpdate] = {}
+        out: dict[JobHandle, StateUpdate] = {}
         rest = []
         for job in jobs:
             rc = rcs[job]
@@ -1239,7 +1242,7 @@ class SlurmExecutor(Executor):
 
     # -- cancel (§7) ----------------------------------------------------------------------------
 
-    async def cancel(self, jobs: Sequence[Job]) -> None:
+    async def cancel(self, jobs: Sequence[JobHandle]) -> None:
         ids: list[str] = []
         for job in jobs:
             if id(job) in self._held or (
@@ -1278,30 +1281,34 @@ class SlurmExecutor(Executor):
 
     # -- arrays (§8) ----------------------------------------------------------------------------
 
+    def array(
+        self, launcher: Launcher, max_parallel: int | None = None
+    ) -> AbstractContextManager[list[JobHandle]]:
+        """``SlurmLauncher.array``: the module's ``array`` (documented there)."""
+        return array(launcher, max_parallel=max_parallel)
+
     @contextlib.contextmanager
-    def collecting(self) -> Iterator[list[Job]]:
+    def collecting(self) -> Iterator[list[JobHandle]]:
         """Jobs submitted in this thread inside the block are collected instead of submitted."""
         if getattr(self._collect, "bucket", None) is not None:
             raise LaunchersError("array() blocks cannot be nested")
-        bucket: list[Job] = []
+        bucket: list[JobHandle] = []
         self._collect.bucket = bucket
         try:
             yield bucket
         finally:
             self._collect.bucket = None
 
-    def enqueue_array(self, jobs: Sequence[Job], max_parallel: int | None) -> None:
+    def enqueue_array(self, jobs: Sequence[JobHandle], max_parallel: int | None) -> None:
         """Thread-safe: submit ``jobs`` as array chunks on the loop."""
-        from ..jobs.loop import call_soon
-
         call_soon(self._start_array, list(jobs), max_parallel)
 
-    def _start_array(self, jobs: list[Job], max_parallel: int | None) -> None:
+    def _start_array(self, jobs: list[JobHandle], max_parallel: int | None) -> None:
         for job in jobs:
             self.tracker.add(job)
         background(self._submit_array_guarded(jobs, max_parallel))
 
-    async def _submit_array_guarded(self, jobs: list[Job], max_parallel: int | None) -> None:
+    async def _submit_array_guarded(self, jobs: list[JobHandle], max_parallel: int | None) -> None:
         try:
             await self.submit_array(jobs, max_parallel=max_parallel)
         except Exception as e:
@@ -1324,7 +1331,9 @@ class SlurmExecutor(Executor):
             self._max_array = int(value) if value and value.isdigit() else 1001
         return self._max_array
 
-    async def submit_array(self, jobs: Sequence[Job], *, max_parallel: int | None = None) -> None:
+    async def submit_array(
+        self, jobs: Sequence[JobHandle], *, max_parallel: int | None = None
+    ) -> None:
         """Submit ``jobs`` (all WAITING, same launcher options) as arrays of at most
         ``MaxArraySize - 1`` elements; each element is tracked as ``ID_INDEX``.
 
@@ -1353,8 +1362,8 @@ class SlurmExecutor(Executor):
             pending = pending[len(chunk) :]
 
     async def _wait_for_room(
-        self, pending: list[Job], reason: str, shown: list[Job] | None = None
-    ) -> list[Job]:
+        self, pending: list[JobHandle], reason: str, shown: list[JobHandle] | None = None
+    ) -> list[JobHandle]:
         """Array elements held by a submit limit: ``shown`` (default all) become WAITING with
         ``reason``; wait until one of our jobs leaves the queue, or 60 s; the ones still to go."""
         for job in pending if shown is None else shown:
@@ -1384,7 +1393,7 @@ class SlurmExecutor(Executor):
                                qos=getattr(options, "qos", None),
                                partition=getattr(options, "partition", None))  # fmt: skip
 
-    async def _submit_chunk(self, jobs: list[Job], max_parallel: int | None) -> str:
+    async def _submit_chunk(self, jobs: list[JobHandle], max_parallel: int | None) -> str:
         """One ``sbatch --array`` for ``jobs``; "ok", "failed" or ``P.SUBMIT_LIMIT``."""
         launcher = jobs[0].launcher or self.launcher
         if not self.is_local:
@@ -1503,7 +1512,7 @@ def _with_live_reasons(rows: Mapping[str, Row], live: Mapping[str, Row]) -> dict
     return out
 
 
-async def _apply(job: Job, update: StateUpdate) -> bool:
+async def _apply(job: JobHandle, update: StateUpdate) -> bool:
     """``job.apply`` (a fsynced record write), inline while the disk is fast (``blocking``)."""
     return await blocking(job.apply, update)
 
@@ -1527,7 +1536,7 @@ def _executor(launcher: Launcher) -> SlurmExecutor:
 
 
 @contextlib.contextmanager
-def array(launcher: Launcher, max_parallel: int | None = None) -> Iterator[list[Job]]:
+def array(launcher: Launcher, max_parallel: int | None = None) -> Iterator[list[JobHandle]]:
     """``with array(launcher, max_parallel=None) as jobs:`` around ``task.submit`` calls:
     the tasks submitted with this launcher's executor in the block go in as job arrays."""
     if max_parallel is not None and max_parallel < 1:
@@ -1537,7 +1546,7 @@ def array(launcher: Launcher, max_parallel: int | None = None) -> Iterator[list[
         yield bucket
     # one array per launcher: a task submitted in the block with another configuration of the
     # launcher (launcher.config(time=...)) keeps its own options and script header
-    groups: dict[Any, list[Job]] = {}
+    groups: dict[Any, list[JobHandle]] = {}
     for job in bucket:
         if job.state is JobState.WAITING:
             groups.setdefault(_launcher_key(job.launcher or launcher), []).append(job)
@@ -1555,7 +1564,7 @@ def _launcher_key(launcher: Launcher) -> Any:
 
 def submit_array(
     launcher: Launcher, tasks: Sequence[Any], *, max_parallel: int | None = None
-) -> list[Job]:
+) -> list[JobHandle]:
     """Submit ``tasks`` (in the current experiment) as job arrays; returns their jobs."""
     with array(launcher, max_parallel=max_parallel):
         jobs = [t.submit(launcher) for t in tasks]

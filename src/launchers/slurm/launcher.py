@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -17,6 +17,10 @@ from ..errors import ConfigurationError
 from ..language.values import HostRequirement
 from ..launcher import Launcher
 from .options import SlurmOptions, normalize_options, option_names, unknown_option_error
+from .sbatch_options import check_sbatch_options
+
+if TYPE_CHECKING:
+    from .executor import SlurmExecutor
 
 #: Launcher-level settings ``config()`` accepts besides the sbatch options.
 LAUNCHER_SETTINGS = (
@@ -117,7 +121,7 @@ class SlurmLikeLauncher(Launcher):
                 option_changes[name] = value
             elif name == "sbatch_options":
                 extras: dict[str, Any] = dict(self.sbatch_options)
-                for key, val in _check_extras(_pairs(value)):
+                for key, val in check_sbatch_options(_pairs(value), where="sbatch_options"):
                     field = key.replace("-", "_")
                     if field in known:
                         option_changes[field] = val
@@ -149,14 +153,6 @@ class SlurmLikeLauncher(Launcher):
         return attrs.evolve(self, **changes)
 
 
-def _check_extras(pairs: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, str | bool], ...]:
-    try:
-        from .sbatch_options import check_sbatch_options
-    except ImportError:  # pragma: no cover - written by the runtime helper
-        return tuple((k, v if isinstance(v, bool) else str(v)) for k, v in pairs)
-    return check_sbatch_options(pairs, where="sbatch_options")
-
-
 @attrs.frozen(kw_only=True)
 class SlurmLauncher(SlurmLikeLauncher):
     """Submits with sbatch, here or through an SSH connector."""
@@ -167,15 +163,17 @@ class SlurmLauncher(SlurmLikeLauncher):
 
     def submit_array(self, tasks: Sequence[Any], *, max_parallel: int | None = None) -> list[Any]:
         """Submit ``tasks`` in the current experiment as job arrays (split at MaxArraySize)."""
-        from .executor import submit_array
-
-        return submit_array(self, tasks, max_parallel=max_parallel)
+        with self.array(max_parallel):
+            jobs = [t.submit(self) for t in tasks]
+        return jobs
 
     def array(self, max_parallel: int | None = None) -> AbstractContextManager[list[Any]]:
         """``with launcher.array():`` around ``task.submit`` calls submits them as job arrays."""
-        from .executor import array
+        return self.executor().array(self, max_parallel=max_parallel)
 
-        return array(self, max_parallel=max_parallel)
+    def executor(self) -> SlurmExecutor:
+        """The process's Slurm executor for this launcher's connector and cluster."""
+        return cast("SlurmExecutor", super().executor())
 
 
 __all__ = ["SlurmLauncher", "SlurmLikeLauncher", "SlurmOptions"]

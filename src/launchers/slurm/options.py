@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from ..errors import ConfigurationError
-from ..units import UnitError, mib_ceil, parse_size, slurm_time
+from ..units import UnitError, mib_ceil, parse_duration, parse_size, slurm_time
 
 _INT_FIELDS = ("gpus_per_node", "cpus_per_task", "nodes")
 _STR_FIELDS = ("partition", "constraint", "gres", "mem", "time", "qos", "account", "exclude")
@@ -110,8 +110,6 @@ def _normalize(name: str, value: Any) -> Any:
         if isinstance(value, str) and _SLURM_TIME.match(value.strip()):
             return value.strip()
         if isinstance(value, str):
-            from ..units import parse_duration
-
             try:
                 return slurm_time(parse_duration(value))
             except UnitError as e:

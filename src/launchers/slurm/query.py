@@ -28,7 +28,9 @@ from ..config.model import (
     ResourceConfig,
     SlurmGroup,
 )
-from ..errors import ConfigurationError
+from ..connectors.registry import get_connector
+from ..errors import ConfigurationError, LaunchersError
+from ..runtime.loop import in_loop_thread, run_sync
 from ..units import MIB
 from .convert import NodeGroupSpec, choose_partitions, group_nodes, node_warnings
 from .scontrol import (
@@ -100,10 +102,8 @@ def _run_local(group: SlurmGroup, command: list[str], shown: str) -> str:
 
 def _run_remote(group: SlurmGroup, command: list[str], shown: str) -> str:
     """Run scontrol (or ``id``) through the group's SSH connector (declared in the group's own file)."""
+    # lazy: the configuration loader (~80 ms to import) only for a connector
     from ..config.loader import load_config
-    from ..connectors.registry import get_connector
-    from ..errors import LaunchersError
-    from ..jobs.loop import in_loop_thread, run_sync
 
     if in_loop_thread():
         raise ConfigurationError(

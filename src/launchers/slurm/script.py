@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from .. import __version__
+from .._version import __version__
 from ..errors import ScriptError
 from ..units import parse_slurm_time
 from .sbatch_options import check_sbatch_options

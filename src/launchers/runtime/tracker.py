@@ -4,7 +4,7 @@ its unfinished jobs, an adaptive interval, and failed queries that never fail a 
 Interval: ``executor.poll_min`` after a submission or a state change, then x1.5 per quiet cycle
 up to ``executor.poll_max``; during an outage it backs off to ``poll_max``. ``fast_poll`` runs
 every ``executor.fast_interval`` seconds when set. Cancels requested within a cycle become one
-``executor.cancel(jobs)`` call. Runs on the background loop (``launchers.jobs.loop``); the
+``executor.cancel(jobs)`` call. Runs on the background loop (``launchers.runtime.loop``); the
 updates found are recorded (``state.json``, fsynced) in a thread of the tracker's own, so that a
 slow disk never holds up the loop, where submissions run, and no shared pool can delay them.
 """
@@ -18,12 +18,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from ..jobs.state import JobState
 from .loop import call_soon
-from .state import JobState
 
 if TYPE_CHECKING:
-    from .executor import Executor, StateUpdate
-    from .job import Job
+    from ..jobs.update import StateUpdate
+    from ..protocols import JobHandle
+    from .executor import Executor
 
 log = logging.getLogger("launchers.jobs")
 
@@ -46,8 +47,8 @@ class Tracker:
 
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
-        self.jobs: dict[int, Job] = {}
-        self._cancels: dict[int, Job] = {}
+        self.jobs: dict[int, JobHandle] = {}
+        self._cancels: dict[int, JobHandle] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self.interval = executor.poll_min
@@ -61,7 +62,7 @@ class Tracker:
 
     # -- called in the loop thread --------------------------------------------------------------
 
-    def add(self, job: Job) -> None:
+    def add(self, job: JobHandle) -> None:
         """Follow ``job`` (loop thread); restarts the fast interval."""
         self.jobs[id(job)] = job
         self.interval = self.executor.poll_min
@@ -77,7 +78,7 @@ class Tracker:
         if self._wake is not None:
             self._wake.set()
 
-    def _add_cancel(self, job: Job) -> None:
+    def _add_cancel(self, job: JobHandle) -> None:
         first = not self._cancels
         now = time.monotonic()
         if first:
@@ -101,7 +102,7 @@ class Tracker:
 
     # -- thread-safe -----------------------------------------------------------------------------
 
-    def request_cancel(self, job: Job) -> None:
+    def request_cancel(self, job: JobHandle) -> None:
         """Queue ``job`` for the next cycle's single cancel call (any thread)."""
         call_soon(self._add_cancel, job)
 
@@ -182,10 +183,10 @@ class Tracker:
         except asyncio.TimeoutError:
             pass
 
-    async def _apply(self, query: object, jobs: Sequence[Job], *, quiet: bool) -> bool:
+    async def _apply(self, query: object, jobs: Sequence[JobHandle], *, quiet: bool) -> bool:
         timeout = float(getattr(self.executor, "poll_timeout", DEFAULT_POLL_TIMEOUT))
         try:
-            updates: Mapping[Job, StateUpdate] = await asyncio.wait_for(query(jobs), timeout)  # type: ignore[operator]
+            updates: Mapping[JobHandle, StateUpdate] = await asyncio.wait_for(query(jobs), timeout)  # type: ignore[operator]
         except Exception as e:
             if quiet:
                 log.debug("fast status check failed: %s", e)
@@ -225,8 +226,6 @@ class Tracker:
             log.error("cancel of %d job(s) failed: %s", len(batch), e)
 
     def _check_observers(self) -> bool:
-        from .job import take_over
-
         changed = False
         for job in [j for j in self.jobs.values() if j.observer]:
             changed |= job.refresh()
@@ -234,7 +233,7 @@ class Tracker:
                 job.observer = job.state.is_final
                 continue
             try:
-                action = take_over(job)
+                action = job.take_over()
             except Exception as e:
                 log.error("%s: cannot take over the submission: %s", job.task_id, e)
                 continue
@@ -244,7 +243,7 @@ class Tracker:
         return changed
 
 
-def _record(updates: Mapping[Job, StateUpdate]) -> bool:
+def _record(updates: Mapping[JobHandle, StateUpdate]) -> bool:
     """Apply ``updates`` (the tracker's writer thread); True when a state changed."""
     changed = False
     for job, update in updates.items():

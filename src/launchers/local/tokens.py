@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import LaunchersError
 from ..fsutil import atomic_write_json
-from .proc import ProcessId
+from ..jobs.proc import ProcessId
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -173,6 +173,7 @@ def release(names: list[str] | tuple[str, ...], task_id: str) -> None:
 
 def load_totals(config_file: str | os.PathLike[str] | None) -> dict[str, int]:
     """Token totals N from the configuration (re-read when the file changed)."""
+    # lazy: the configuration loader (~80 ms to import) only when a group names tokens
     from ..config.loader import load_config
 
     return dict(load_config(config_file).tokens)

@@ -1,0 +1,96 @@
+"""What the runtime and the executors use of the objects above them, as protocols
+(docs/jobs.md, Layers): ``JobHandle`` is a job as an executor sees it (``jobs.job.Job``
+implements it; a test may pass a fake), ``Clock`` the time an executor reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .jobs.record import JobPaths, StateRecord
+    from .jobs.state import JobState
+    from .jobs.task import Task
+    from .jobs.update import StateUpdate
+    from .launcher import Launcher
+    from .runtime.executor import Executor
+
+
+class JobHandle(Protocol):
+    """One job of this process: its directory, its record, and the changes an executor makes
+    (``apply``, ``begin_attempt``); see ``launchers.runtime.executor``."""
+
+    task: Task | None
+    directory: Path
+    paths: JobPaths
+    launcher: Launcher | None
+    executor: Executor | None
+    #: set when a cancel was asked; executors report "cancelled on request"
+    cancel_requested: bool
+    #: True while another live process owns the submission
+    observer: bool
+    #: executor-private scratch space, never persisted
+    runtime: dict[str, Any]
+
+    @property
+    def record(self) -> StateRecord: ...
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def state(self) -> JobState: ...
+
+    @property
+    def native_id(self) -> str | None: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+    @property
+    def pilot(self) -> str | None: ...
+
+    def apply(self, update: StateUpdate) -> bool:
+        """Record ``update``; True when the state changed."""
+        ...
+
+    def begin_attempt(self, cause: str = "") -> None:
+        """Archive this attempt's outputs and start the next one (WAITING)."""
+        ...
+
+    def replace_record(self, record: StateRecord, *, write: bool = False) -> None:
+        """Adopt ``record`` (read from disk, or rebuilt)."""
+        ...
+
+    def refresh(self) -> bool:
+        """Re-read ``state.json``; True when the state changed."""
+        ...
+
+    def defer_sync(self, path: Path) -> None:
+        """``path`` was written without fsync: make it durable with the next record."""
+        ...
+
+    def take_over(self) -> str | None:
+        """An observer whose owner died claims the submission: "submit", "reconcile" or None."""
+        ...
+
+    def cancel(self) -> None:
+        """Ask for cancellation."""
+        ...
+
+
+class Clock(Protocol):
+    """The time an executor reads: wall-clock seconds and a monotonic counter."""
+
+    def time(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+
+__all__ = ["Clock", "JobHandle"]
