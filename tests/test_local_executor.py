@@ -8,8 +8,10 @@ test_direct.py and test_spec_runtime.py (named beside each test)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 from launchers.config.model import LocalGroup, Position
+from launchers.connectors.local import LocalConnector
 from launchers.errors import ConfigurationError, LaunchersError
 from launchers.jobs.job import Job
 from launchers.jobs.proc import ProcessId
@@ -25,9 +28,15 @@ from launchers.jobs.state import JobState
 from launchers.jobs.task import command
 from launchers.local.decide import LOST_REASON, Seen
 from launchers.local.executor import DirectExecutor
-from launchers.local.files import JobFiles
+from launchers.local.files import ConnectorJobFiles
 from launchers.local.launcher import DirectLauncher
-from launchers.local.processes import Collect, LocalProcesses, Processes, Watched
+from launchers.local.processes import (
+    Collect,
+    LocalProcesses,
+    Processes,
+    RemoteProcesses,
+    Watched,
+)
 from launchers.protocols import JobHandle
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -88,8 +97,10 @@ class Scripted(Processes):
         return self.found
 
 
-def make_job(tmp_path: Path, name: str, group: LocalGroup, ex: DirectExecutor) -> Job:
-    task = command(["sh", "-c", f"echo {name}"], name=name)
+def make_job(
+    tmp_path: Path, name: str, group: LocalGroup, ex: DirectExecutor, argv: list[str] | None = None
+) -> Job:
+    task = command(argv or ["sh", "-c", f"echo {name}"], name=name)
     directory = tmp_path / "xp" / "jobs" / name / task.digest
     directory.mkdir(parents=True)
     (directory / "params.json").write_text(json.dumps(task.params_json()))
@@ -257,41 +268,13 @@ def test_a_failed_background_start_fails_the_job_and_frees_its_slot(tmp_path: Pa
     asyncio.run(go())
 
 
-class FarFiles(JobFiles):
-    """The files seam of a host elsewhere: a directory under ``far``, copied home on fetch."""
-
-    def __init__(self, far: Path) -> None:
-        self.far = far
-        self.staged: list[str] = []
-        self.fetched: list[str] = []
-
-    async def job_dir(self, job: JobHandle) -> str:
-        return str(self.far / job.directory.name)
-
-    def recorded_dir(self, job: JobHandle) -> str | None:
-        where = job.record.extra.get("remote_dir")
-        return where if isinstance(where, str) else None
-
-    def record_extra(self, where: str) -> dict[str, Any]:
-        return {"remote_dir": where}
-
-    async def stage(self, job: JobHandle, where: str, script: str) -> None:
-        Path(where).mkdir(parents=True)
-        Path(where, "job.sh").write_text(script)
-        self.staged.append(where)
-
-    async def fetch(self, job: JobHandle, where: str) -> None:
-        self.fetched.append(where)
-        for name in ("job.out", "job.rc"):
-            if Path(where, name).exists():
-                job.directory.joinpath(name).write_bytes(Path(where, name).read_bytes())
-
-
-# test_direct::test_direct_over_ssh: the job directory elsewhere (recorded as remote_dir), job.sh
-# there and here, outputs copied home before the ending is decided; a kill there records no signal
-def test_over_a_files_seam_the_outputs_come_home_before_the_decision(tmp_path: Path) -> None:
+# test_direct::test_direct_over_ssh: the job directory elsewhere (the SSH layout, recorded as
+# remote_dir), job.sh there and here, outputs copied home before the ending is decided; a kill
+# there records no signal. The files seam is the real one, over a connector to this machine.
+def test_over_a_connector_the_outputs_come_home_before_the_decision(tmp_path: Path) -> None:
     procs = Scripted(inline=False, kill_signal=None)
-    files = FarFiles(tmp_path / "far")
+    far = tmp_path / "far"
+    files = ConnectorJobFiles(lambda: LocalConnector("box"), root=str(far))
     ex = DirectExecutor(processes=procs, files=files, clock=FixedClock())
     group = LocalGroup(connector="box")
 
@@ -300,17 +283,19 @@ def test_over_a_files_seam_the_outputs_come_home_before_the_decision(tmp_path: P
         await ex.submit(a)
         await ex.submit(b)
         await asyncio.sleep(0.01)
-        where = str(tmp_path / "far" / a.directory.name)
-        assert a.record.extra["remote_dir"] == where and files.staged[0] == where
-        assert procs.started[0][1] == where
+        tag = hashlib.sha256(str(tmp_path / "xp").encode()).hexdigest()[:12]
+        where = f"{far}/{tag}/jobs/a/{a.directory.name}"
+        assert a.record.extra["remote_dir"] == where and procs.started[0][1] == where
         assert Path(where, "job.sh").read_text() == (a.directory / "job.sh").read_text()
-        assert "python-here" not in Path(where, "job.sh").read_text()  # a command, no python
+        assert os.access(Path(where, "job.sh"), os.X_OK)
+        assert Path(where, "params.json").read_bytes() == (a.directory / "params.json").read_bytes()
+        Path(where, "job.out").write_text("out\n")
         end(a, directory=Path(where))
         procs.alive[100] = False
         b.cancel_requested = True
         procs.alive[101] = False
         await poll(ex, a, b)
-        assert files.fetched[0] == where and a.state is JobState.COMPLETED
+        assert a.state is JobState.COMPLETED and (a.directory / "job.out").read_text() == "out\n"
         assert b.state is JobState.CANCELLED and b.signal is None
 
     asyncio.run(go())
@@ -350,3 +335,51 @@ def test_this_machine_tells_a_reused_pid(tmp_path: Path) -> None:
     seen = asyncio.run(LocalProcesses(default_python="py").observe(watched, collect))
     assert [seen[j].alive for j in jobs] == [True, False, False]
     assert read_record(tmp_path / "me") is None  # observing writes nothing
+
+
+async def until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.02)
+
+
+# The scripts the direct launcher sends over SSH (start, one poll command for all jobs, kill,
+# find), run on this machine through a local connector: what test_direct::test_direct_over_ssh
+# shows through the sandbox's sshd, without it. Real processes: about a second.
+def test_the_remote_scripts_through_a_local_connector(tmp_path: Path) -> None:
+    connector = LocalConnector("box")
+    ex = DirectExecutor(
+        processes=RemoteProcesses("box", lambda: connector),
+        files=ConnectorJobFiles(lambda: connector, root=str(tmp_path / "far")),
+    )
+    group = LocalGroup(connector="box", kill_grace=0)
+
+    async def go() -> None:
+        hello = make_job(tmp_path, "hello", group, ex, ["sh", "-c", "echo hi $LAUNCHERS_ATTEMPT"])
+        slow = make_job(tmp_path, "slow", group, ex, ["sleep", "30"])
+        await ex.submit(hello)
+        await ex.submit(slow)
+        await until(lambda: slow.state is JobState.RUNNING, "slow started")
+        process = ProcessId.from_json(slow.record.extra["process"])
+        assert process is not None and process.host == "box" and process.start is not None
+        assert await ex.processes.find(slow.record.extra["remote_dir"], 1) == process
+        assert await ex.processes.find(slow.record.extra["remote_dir"], 2) is None
+
+        deadline = time.monotonic() + 10
+        while hello.state is not JobState.COMPLETED:
+            assert time.monotonic() < deadline, hello.state
+            await asyncio.sleep(0.05)
+            await poll(ex, *[j for j in (hello, slow) if not j.state.is_final])
+        assert (hello.directory / "job.out").read_text().splitlines()[1] == "hi 1"
+        assert slow.state is JobState.RUNNING
+        slow.cancel_requested = True
+        await ex.cancel([slow])
+        deadline = time.monotonic() + 10
+        while not slow.state.is_final:
+            assert time.monotonic() < deadline, slow.state
+            await asyncio.sleep(0.05)
+            await poll(ex, slow)
+        assert slow.state is JobState.CANCELLED and slow.reason == "cancelled on request"
+
+    asyncio.run(go())

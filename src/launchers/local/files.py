@@ -74,11 +74,12 @@ class LocalJobFiles(JobFiles):
 
 class ConnectorJobFiles(JobFiles):
     """The job directory on the host of an SSH connector (``connector()`` returns it, connected
-    on first use): ``<connector workdir>/<12 hex of the local workdir's hash>/jobs/<name>/<digest>``."""
+    on first use): ``<root>/<12 hex of the local workdir's hash>/jobs/<name>/<digest>``, the
+    root being the connector's ``workdir`` unless ``root`` is given."""
 
-    def __init__(self, connector: Callable[[], Connector]) -> None:
+    def __init__(self, connector: Callable[[], Connector], *, root: str | None = None) -> None:
         self.connector = connector
-        self._root: str | None = None
+        self._root = root
 
     async def _remote_root(self) -> str:
         if self._root is None:
