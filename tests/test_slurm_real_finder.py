@@ -59,6 +59,11 @@ def converted_text(slurm_cluster: dict[str, str]) -> str:
     return proc.stdout
 
 
+#: what tests/cluster/start.sh adds as a real site has it: AllowAccounts=physics, Hidden=YES
+#: (every node), State=DOWN
+SITE_PARTITIONS = ("restricted", "hidden", "maint")
+
+
 def with_gpu_memory(text: str, how: str) -> LaunchersConfig:
     doc: dict[str, Any] = yaml.safe_load(text)
     if how == "regex":
@@ -72,12 +77,18 @@ def test_converted_output_describes_the_cluster(converted_text: str) -> None:
     (group,) = load_config_text(converted_text, "converted.yaml").groups
     assert isinstance(group, SlurmGroup)
     parts = {p.name: p for p in group.partitions}
-    assert set(parts) == {"debug", "gpu", "long"}
+    # without --partitions, the site's restricted, hidden and DOWN partitions look like others;
+    # the hidden one holds every node (a catch-all): written last
+    assert set(parts) == {"debug", "gpu", "long", *SITE_PARTITIONS}
+    assert list(parts)[-1] == "hidden"
     hosts = {p: sorted(h for ng in parts[p].nodes for h in ng.hosts) for p in parts}
     assert hosts == {
         "debug": ["cpu01", "gpu01", "gpu02"],
         "gpu": ["gpu-a100-01", "gpu-a100-02", "gpu01", "gpu02"],
         "long": ["cpu-big-01", "cpu01"],  # FUTURE nodes are not in plain `show nodes`
+        "restricted": ["cpu01"],
+        "maint": ["cpu01"],
+        "hidden": ["cpu-big-01", "cpu01", "gpu-a100-01", "gpu-a100-02", "gpu01", "gpu02"],
     }
     a100 = next(ng for ng in parts["gpu"].nodes if "A100" in ng.features)
     assert a100.configuration.gpu.count == 8 and a100.configuration.cpu.cores == 128
@@ -196,9 +207,14 @@ def test_query_reads_max_time_and_keeps_file_keys(queried: LaunchersConfig) -> N
     assert isinstance(group, SlurmGroup)
     refreshed = query.refresh_group(group)
     parts = {p.name: p for p in refreshed.partitions}
+    # in scontrol's order, without the partitions root may not use (hidden; restricted to an
+    # account, and query_slurm does not ask the accounts); the DOWN one kept, disabled
     assert [p.name for p in refreshed.partitions] == [
-        p.name for p in parse_partitions(scontrol("show", "partitions"))
+        p.name
+        for p in parse_partitions(scontrol("show", "partitions"))
+        if p.name not in ("restricted", "hidden")
     ]
+    assert parts["maint"].disabled and not parts["debug"].disabled
     assert parts["debug"].configuration.max_duration == 3600
     assert parts["gpu"].configuration.max_duration == 86400
     assert parts["long"].configuration.max_duration == 7 * 86400
@@ -282,6 +298,7 @@ slurm:
         ("debug", 0, 3600),
         ("gpu", 3, 86400),
         ("long", 0, 7 * 86400),
+        ("maint", 0, 3600),  # State=DOWN: kept, disabled (restricted and hidden left out)
     ]
     launcher = find_launcher("duration=2h & cuda()*2", config=cfg)
     assert launcher.options.partition == "gpu"
