@@ -106,7 +106,7 @@ async def read_facts_async(
         if isinstance(got, CommandResult) and got.returncode == 0:
             accounting[key] = got.stdout
             continue
-        shown = shlex.join([os.path.basename(argv[0]), *argv[1:4]])
+        shown = f"sacctmgr show {argv[4]}"
         why = str(got) if isinstance(got, LaunchersError) else _message(got)
         failures.append((shown, why))
         accounting[key] = None
