@@ -15,7 +15,7 @@ from launchers import find_launcher
 from launchers.config.loader import load_config_text
 from launchers.errors import LaunchersError
 from launchers.finder import estimate
-from launchers.finder.estimate import Estimate, decide, when
+from launchers.finder.estimate import Estimate, decide, reason, when
 from launchers.finder.search import explain_search
 from launchers.slurm.testonly import read_answer, start_time
 
@@ -71,12 +71,16 @@ def test_decide_earliest_ties_and_unknowns() -> None:
     e = lambda start: Estimate(start, now)  # noqa: E731
     failed = Estimate(None, now, error="no answer within 5 s")
     labels = ["a", "b", "c"]
-    assert decide([e(now + 3600), e(now), e(now + 10)], labels, now).index == 1
-    tie = decide([e(now + 30), e(now), failed], labels, now)
-    assert tie.index == 0 and "tied with it" in tie.reason and "unknown: c" in tie.reason
-    assert decide([failed, e(now + 7200), e(now + 60)], labels, now).index == 2
-    assert decide([failed, failed], labels[:2], now).index == 0
-    assert decide([e(now - 500), e(now)], labels[:2], now).index == 0  # the past is now
+    assert decide([e(now + 3600), e(now), e(now + 10)], now) == 1
+    tie = [e(now + 30), e(now), failed]
+    assert decide(tie, now) == 0
+    why = reason(tie, labels, now)
+    assert "tied with it (less than 1m apart) but later in today's order: b" in why
+    assert why.endswith("unknown: c")
+    assert decide([failed, e(now + 7200), e(now + 60)], now) == 2
+    assert decide([failed, failed], now) == 0
+    assert reason([failed, failed], labels[:2], now).startswith("no start estimate is known")
+    assert decide([e(now - 500), e(now)], now) == 0  # the past is now
     assert when(e(now + 7260), now) == "in 2h1m" and when(e(now), now) == "now"
     assert when(failed, now).startswith("unknown (no answer")
 

@@ -40,23 +40,14 @@ TIE_SECONDS = 60.0
 @attrs.frozen
 class Estimate:
     """When a group's job would start (seconds since the epoch; None: unknown, see ``error``),
-    where, and whether the answer was reused."""
+    where, and when it was asked (an answer is reused for ``estimate.cache`` seconds)."""
 
     start: float | None
     asked: float
     error: str | None = None
     partition: str | None = None
     nodes: str | None = None
-    cached: bool = False
     how: str = "sbatch --test-only"
-
-
-@attrs.frozen
-class Choice:
-    """The index of the winner among the candidates, and why it won, in words."""
-
-    index: int
-    reason: str
 
 
 def _delay(e: Estimate, now: float) -> float:
@@ -74,32 +65,44 @@ def when(e: Estimate, now: float) -> str:
     return "now" if delay < 1 else f"in {format_duration(delay)}"
 
 
-def decide(
-    estimates: Sequence[Estimate], labels: Sequence[str], now: float, tie: float = TIE_SECONDS
-) -> Choice:
-    """The winner among candidates given in today's order (pure): the earliest known start,
-    ties (within ``tie`` seconds of the earliest) to the first in today's order; unknown
-    estimates come after known ones; none known: the first."""
+def _tied(estimates: Sequence[Estimate], now: float, tie: float) -> tuple[list[int], list[int]]:
+    """``(tied with the earliest, later)`` among the known estimates, in today's order."""
     known = [i for i, e in enumerate(estimates) if e.start is not None]
     if not known:
-        return Choice(0, "no start estimate is known: today's order decides")
+        return [], []
     starts = {i: max(now, estimates[i].start or now) for i in known}
     earliest = min(starts.values())
     tied = [i for i in known if starts[i] - earliest <= tie]
-    winner = tied[0]
-    text = f"it starts first ({when(estimates[winner], now)})"
-    others = [i for i in known if i not in tied]
-    if others:
-        text += "; later: " + ", ".join(f"{labels[i]} {when(estimates[i], now)}" for i in others)
+    return tied, [i for i in known if i not in tied]
+
+
+def decide(estimates: Sequence[Estimate], now: float, tie: float = TIE_SECONDS) -> int:
+    """The index of the winner among candidates given in today's order (pure): the earliest
+    known start, ties (within ``tie`` seconds of the earliest) to the first in today's order;
+    unknown estimates come after known ones; none known: the first."""
+    tied, _ = _tied(estimates, now, tie)
+    return tied[0] if tied else 0
+
+
+def reason(
+    estimates: Sequence[Estimate], labels: Sequence[str], now: float, tie: float = TIE_SECONDS
+) -> str:
+    """Why :func:`decide` chose its winner, in words (``--explain``)."""
+    tied, later = _tied(estimates, now, tie)
+    if not tied:
+        return "no start estimate is known: today's order decides"
+    text = f"it starts first ({when(estimates[tied[0]], now)})"
+    if later:
+        text += "; later: " + ", ".join(f"{labels[i]} {when(estimates[i], now)}" for i in later)
     if len(tied) > 1:
         text += (
             f"; tied with it (less than {format_duration(int(tie))} apart) but later in "
             "today's order: " + ", ".join(labels[i] for i in tied[1:])
         )
-    unknown = [i for i in range(len(estimates)) if estimates[i].start is None]
+    unknown = [i for i, e in enumerate(estimates) if e.start is None]
     if unknown:
         text += "; unknown: " + ", ".join(labels[i] for i in unknown)
-    return Choice(winner, text)
+    return text
 
 
 # ---------------------------------------------------------------------------------- cache
@@ -128,7 +131,7 @@ def _cached(key: Any, now: float, keep: float) -> Estimate | None:
         found = _cache.get(key)
     if found is None or now - found.asked > keep:
         return None
-    return attrs.evolve(found, cached=True)
+    return found
 
 
 def _remember(key: Any, estimate: Estimate) -> None:
@@ -263,15 +266,16 @@ def search_earliest(
         now = time.time()
         estimates = _estimate_all(found, config, now)
         labels = [_label(g) for g, _ in found]
-        choice = decide(estimates, labels, now)
-        group, launcher = found[choice.index]
+        index = decide(estimates, now)
+        group, launcher = found[index]
         if ex is not None:
             ex.add("expected starts:", 1)
             for label, e in zip(labels, estimates, strict=True):
                 where = f", partition {e.partition} on {e.nodes}" if e.partition else ""
-                reused = f", asked {round(now - e.asked)} s ago" if e.cached else ""
+                ago = round(now - e.asked)
+                reused = f", asked {ago} s ago" if ago >= 1 else ""
                 ex.add(f"{label}: {when(e, now)} ({e.how}{where}{reused})", 2)
-            ex.add(f"chosen: {labels[choice.index]}: {choice.reason}", 1)
+            ex.add(f"chosen: {labels[index]}: {reason(estimates, labels, now)}", 1)
             if i + 1 < len(alternatives):
                 ex.add(
                     f"alternatives {i + 1}..{len(alternatives) - 1}: not tried, alternative {i} fits"
