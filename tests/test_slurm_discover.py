@@ -298,6 +298,7 @@ def test_update_keeps_what_a_person_wrote() -> None:
     assert parts["maint"]["disabled"] is True
     assert parts["hid"]["priority"] == 1 and parts["hid"]["nodes"]  # kept, and refreshed
     assert "partition hid kept because the file names it" in text
+    assert "partition hid left out" not in text
     assert group["qos"]["normal"] == {"priority": 100}  # owned: Slurm's value
     assert "retired" not in group["qos"]
     assert doc["local"] == [{"id": "laptop", "cpu": {"cores": 4, "memory": "8G"}}]
@@ -334,6 +335,15 @@ def test_update_adds_a_missing_group_and_creates_a_file() -> None:
     load_config_text(text, "x.yaml")
     created = update("", d)
     assert created.created and created.text == render(d)
+
+
+def test_update_of_a_flow_style_file() -> None:
+    text = "slurm: [{id: alpha, weight: 2, partitions: {batch: {priority: 4}}}]\n"
+    again = update(text, discover(facts())).text
+    group = yaml.safe_load(again)["slurm"][0]
+    assert (group["weight"], group["partitions"]["batch"]["priority"]) == (2, 4)
+    assert group["partitions"]["batch"]["nodes"][0]["hosts"] == ["c1"]
+    load_config_text(again, "flow.yaml")
 
 
 def test_update_with_no_hosts_keeps_the_file_host_free() -> None:

@@ -294,8 +294,9 @@ class Editor:
         )
 
     def comment(self, path: Path, lines: Sequence[str]) -> None:
-        """Put ``# line`` comment lines just above the entry or list item at ``path``."""
-        if not lines:
+        """Put ``# line`` comment lines just above the entry or list item at ``path`` (none
+        inside a flow collection, where a comment line cannot stand)."""
+        if not lines or self._flow_root(path) is not None:
             return
         nodes = self._walk(path)
         parent, node = nodes[-2], nodes[-1]

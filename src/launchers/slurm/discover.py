@@ -421,9 +421,9 @@ def discover(
         feature = named[0]
         notes.append(
             f"the memory of GPUs of Gres type {model} is not in their features nor Gres types: "
-            f"add `features: {{{feature}: {{configuration: {{gpu: {{memory: SIZE}}}}}}}}` (or "
-            "a features_regex with a cuda_memory group, if a feature encodes it) so that "
-            "cuda(mem=...) can match them"
+            f"add `features: {{{feature}: {{configuration: {{gpu: {{memory: SIZE}}}}}}}}`, or "
+            "features naming it (GPUM80G) with `features_regex: ['GPUM(?P<cuda_memory>[0-9]+G)']`, "
+            "so that cuda(mem=...) can match them"
         )
     qos_entries = None
     known_qos = None
@@ -707,9 +707,13 @@ def update(
         for name, entry in file_parts.items()
         if isinstance(entry, dict) and entry.get("disabled") is True and name not in noted
     }
+    kept = {name for name in d.unusable if name in file_parts}
     d2 = attrs.evolve(
         d,
-        notes=d.notes + tuple(kept_notes),
+        notes=tuple(
+            n for n in d.notes if not any(n.startswith(f"partition {k} left out:") for k in kept)
+        )
+        + tuple(kept_notes),
         disabled={k: v for k, v in d.disabled.items() if k not in theirs},
     )
     _group_comments(refreshed, at, d2)
