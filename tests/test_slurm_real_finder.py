@@ -73,7 +73,9 @@ def with_gpu_memory(text: str, how: str) -> LaunchersConfig:
     return load_config_text(yaml.safe_dump(doc, sort_keys=False), f"converted-{how}.yaml")
 
 
-def test_converted_output_describes_the_cluster(converted_text: str) -> None:
+def test_converted_output_describes_the_cluster(
+    converted_text: str, site_cluster: dict[str, str]
+) -> None:
     (group,) = load_config_text(converted_text, "converted.yaml").groups
     assert isinstance(group, SlurmGroup)
     parts = {p.name: p for p in group.partitions}
@@ -202,7 +204,9 @@ def queried(slurm_cluster: dict[str, str]) -> LaunchersConfig:
     return load_config_text(QUERY_YAML, "query.yaml")
 
 
-def test_query_reads_max_time_and_keeps_file_keys(queried: LaunchersConfig) -> None:
+def test_query_reads_max_time_and_keeps_file_keys(
+    queried: LaunchersConfig, site_cluster: dict[str, str]
+) -> None:
     (group,) = queried.groups
     assert isinstance(group, SlurmGroup)
     refreshed = query.refresh_group(group)
@@ -273,8 +277,8 @@ def test_query_slurm_errors_name_the_group(slurm_cluster: dict[str, str], tmp_pa
 
 
 @pytest.mark.ssh
-def test_query_slurm_over_ssh(slurm_cluster: dict[str, str], tmp_path: Any) -> None:
-    c = slurm_cluster
+def test_query_slurm_over_ssh(site_cluster: dict[str, str], tmp_path: Any) -> None:
+    c = site_cluster
     (tmp_path / "launchers.yaml").write_text(f"""\
 connectors:
   ssh:
