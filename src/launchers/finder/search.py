@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 
+from ..config.keys import STRATEGIES
 from ..config.model import (
     FirecrestGroup,
     Group,
@@ -503,13 +504,24 @@ def _search_quietly(
     return None
 
 
+def _strategy(strategy: str | None, config: LaunchersConfig) -> str:
+    """The strategy asked for, else the configuration's (``order`` or ``earliest_start``)."""
+    if strategy is None:
+        return config.strategy
+    if strategy not in STRATEGIES:
+        raise LaunchersError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+    return strategy
+
+
 def find_launcher(
     *requirements: str | HostRequirement | RequirementUnion,
     tags: Iterable[str] | str | None = (),
     config: LaunchersConfig | str | os.PathLike[str] | None = None,
     default: Any = _MISSING,
+    strategy: str | None = None,
 ) -> Any:
-    """The launcher for the first alternative some group can run (groups by weight).
+    """The launcher for the first alternative some group can run (groups by weight; with
+    ``strategy="earliest_start"``, the group where it is expected to start first).
 
     Raises ``LauncherNotFoundError`` explaining every rejection, or returns ``default``."""
     if len(requirements) == 1 and requirements[0].__class__ in _VALUE_TYPES:
@@ -518,6 +530,15 @@ def find_launcher(
         alternatives = requirements_of(requirements)
     cfg = config if config.__class__ is LaunchersConfig else config_of(config)
     tagset = _NO_TAGS if tags is None or (tags.__class__ is tuple and not tags) else _tags_of(tags)
+    if (strategy or cfg.strategy) != "order" and _strategy(strategy, cfg) == "earliest_start":
+        from .estimate import search_earliest
+
+        launcher = search_earliest(alternatives, cfg, tagset).launcher
+        if launcher is not None:
+            return launcher
+        if default is not _MISSING:
+            return default
+        raise LauncherNotFound(alternatives, cfg, tagset)
     state = config_state(cfg)
     key = (tuple([_canonical(a) for a in alternatives]), tagset)
     launcher = state.found.get(key, _MISSING)
@@ -538,9 +559,18 @@ def explain_search(
     *requirements: str | HostRequirement | RequirementUnion,
     tags: Iterable[str] | str | None = (),
     config: LaunchersConfig | str | os.PathLike[str] | None = None,
+    strategy: str | None = None,
 ) -> SearchResult:
     """The search with its explanation (``launchers find --explain``)."""
-    return search(requirements_of(requirements), config_of(config), _tags_of(tags), explain=True)
+    cfg = config_of(config)
+    if _strategy(strategy, cfg) == "earliest_start":
+        from .estimate import search_earliest
+
+        result: SearchResult = search_earliest(
+            requirements_of(requirements), cfg, _tags_of(tags), explain=True
+        )
+        return result
+    return search(requirements_of(requirements), cfg, _tags_of(tags), explain=True)
 
 
 __all__ = ["LauncherNotFound", "LaunchersError", "explain_search", "find_launcher", "search"]
