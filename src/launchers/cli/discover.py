@@ -81,6 +81,7 @@ def register(sub: Any) -> None:
 
 def ssh_connector(target: str) -> Any:
     """An SSH connector for ``[USER@]HOST[:PORT]`` (``~/.ssh/config`` supplies the rest)."""
+    # lazy: a command's own modules load only when it runs
     from ..config.model import SSHConnectorConfig
 
     m = _SSH_TARGET.match(target.strip())
@@ -97,6 +98,7 @@ def ssh_connector(target: str) -> Any:
 
 def _declaration(cfg: Any) -> dict[str, Any]:
     """The ``connectors.ssh.NAME`` mapping of a connector: its keys that are not defaults."""
+    # lazy: a command's own modules load only when it runs
     from ..config.model import SSHConnectorConfig
 
     defaults = SSHConnectorConfig(name=cfg.name, hostname=cfg.hostname)
@@ -122,6 +124,7 @@ def _read(path: Path) -> str | None:
 
 
 def _load(path: Path) -> Any:
+    # lazy: a command's own modules load only when it runs
     from ..config.loader import load_config
 
     return load_config(path)
@@ -130,6 +133,7 @@ def _load(path: Path) -> Any:
 def _config_beside(target: Path) -> Any:
     """What a new ``target`` would load besides itself: ``connectors.yaml`` and ``tokens.yaml``
     in its directory (the file is not there yet)."""
+    # lazy: a command's own modules load only when it runs
     from ..config.loader import clear_cache
 
     with tempfile.NamedTemporaryFile(
@@ -145,6 +149,7 @@ def _config_beside(target: Path) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Discover, then print the file, write it, or print the diff."""
+    # lazy: a command's own modules load only when it runs
     from ..connectors.registry import get_connector
     from ..slurm.discover import discover, render, update
     from ..slurm.facts import read_facts
@@ -175,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
     connector: Connector
     if args.ssh:
         cfg = ssh_connector(args.ssh)
+        # lazy: a command's own modules load only when it runs
         from ..connectors.ssh import SSHConnector
 
         connector = SSHConnector(cfg)
@@ -186,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
         if args.config is not None or config is None:
             config = _load(Path(args.config)) if args.config else None
             if config is None:
+                # lazy: a command's own modules load only when it runs
                 from ..config.loader import load_config
 
                 config = load_config()
@@ -237,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
 def _check(text: str, target: Path | None) -> None:
     """The text must load (with the sidecar files beside ``target``); then it replaces
     ``target`` atomically. A refusal names what does not load and writes nothing."""
+    # lazy: a command's own modules load only when it runs
     from ..config.loader import clear_cache, load_config_text
 
     if target is None:

@@ -65,6 +65,7 @@ def register(subparsers: Any) -> None:
         "partitions restricted to some accounts are left out)",
     )
     convert.set_defaults(func=run_convert)
+    # lazy: a command's own modules load only when it runs
     from .discover import register as register_discover
 
     register_discover(sub)

@@ -14,7 +14,6 @@ estimate is known, today's order decides. Answers are reused for ``estimate.cach
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
@@ -24,13 +23,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..config.model import Group, LaunchersConfig, LocalGroup, SlurmGroup, UnicoreGroup
-from ..language.values import HostRequirement
+from ..hooks import services
 from ..launcher import Launcher
 from ..units import format_duration
-from .explain import Explanation
 
 if TYPE_CHECKING:
-    from ..slurm.testonly import Answer
+    pass
 
 #: Estimates closer than this (seconds) are a tie: Slurm's backfill plans in steps of
 #: ``bf_resolution``, 60 s by default.
@@ -151,7 +149,7 @@ def _args(launcher: Launcher) -> list[str] | None:
     return None if sbatch_args is None else list(sbatch_args())
 
 
-def _estimate_all(
+def estimate_all(
     found: Sequence[tuple[Group, Launcher]], config: LaunchersConfig, now: float
 ) -> list[Estimate]:
     """One estimate per candidate: local groups now, Slurm groups by ``sbatch --test-only``
@@ -176,7 +174,7 @@ def _estimate_all(
             continue
         asks.append((i, group, key, args))
     if asks:
-        answers = _ask_all([(group, args) for _, group, _, args in asks], config)
+        answers = services().estimate_starts([(group, args) for _, group, _, args in asks], config)
         for (i, _, key, _), answer in zip(asks, answers, strict=True):
             estimate = Estimate(
                 answer.start, answer.asked, answer.error, answer.partition, answer.nodes
@@ -186,99 +184,8 @@ def _estimate_all(
     return [e for e in out if e is not None]
 
 
-def _ask_all(asks: Sequence[tuple[SlurmGroup, list[str]]], config: LaunchersConfig) -> list[Answer]:
-    """``sbatch --test-only`` for every (group, args), concurrently, each within the timeout."""
-    from ..connectors.registry import get_connector
-    from ..errors import LaunchersError
-    from ..jobs.loop import in_loop_thread, run_sync
-    from ..slurm.testonly import Answer, ask, command
-
-    timeout = config.estimate_timeout
-    asked = time.time()
-    if in_loop_thread():
-        return [Answer(None, asked, error="cannot ask from the launchers event loop")] * len(asks)
-    coros = []
-    failed: dict[int, Answer] = {}
-    for i, (group, args) in enumerate(asks):
-        try:
-            connector = get_connector(group.connector, config)
-        except LaunchersError as e:
-            failed[i] = Answer(None, asked, error=str(e))
-            continue
-        coros.append((i, ask(connector, command(args, group.path, connector.is_local), timeout)))
-
-    async def gather() -> list[Answer]:
-        return list(await asyncio.gather(*(c for _, c in coros)))
-
-    answers: list[Answer] = []
-    if coros:
-        try:
-            answers = run_sync(gather(), timeout + 2)
-        except Exception as e:  # the loop itself failed: every estimate is unknown
-            answers = [Answer(None, asked, error=f"no answer: {e}")] * len(coros)
-    results = dict(zip([i for i, _ in coros], answers, strict=True))
-    results.update(failed)
-    return [results[i] for i in range(len(asks))]
-
-
 # ---------------------------------------------------------------------------------- search
 
 
-def _label(group: Group) -> str:
+def group_label(group: Group) -> str:
     return f"{group.kind} group {group.label}"
-
-
-def search_earliest(
-    alternatives: Sequence[HostRequirement],
-    config: LaunchersConfig,
-    tags: frozenset[str] = frozenset(),
-    explain: bool = False,
-) -> Any:
-    """``find_launcher``'s search with the ``earliest_start`` strategy (a ``SearchResult``)."""
-    from . import search as s
-
-    ex = Explanation() if explain else None
-    groups = s.ordered_groups(config)
-    if tags:
-        groups = tuple(g for g in groups if tags & set(g.tags))
-    if ex is not None:
-        ex.add(
-            "strategy earliest_start: the group where the job is expected to start first "
-            "(sbatch --test-only), ties and unknowns in today's order"
-        )
-        if not groups:
-            ex.add("no group to search" + (f" with tags {sorted(tags)}" if tags else ""))
-    for i, alt in enumerate(alternatives):
-        if ex is not None:
-            ex.add(f"alternative {i}: {alt}")
-        found: list[tuple[Group, Launcher]] = []
-        for group in groups:
-            launcher = s._try_group(group, i, alt, ex)
-            if launcher is not None:
-                found.append((group, launcher))
-        if not found:
-            continue
-        if len(found) == 1:
-            group, launcher = found[0]
-            if ex is not None:
-                ex.add(f"{_label(group)} is the only group that can run it: no estimate asked", 1)
-            return s.SearchResult(s._batched(group, launcher), ex or Explanation())
-        now = time.time()
-        estimates = _estimate_all(found, config, now)
-        labels = [_label(g) for g, _ in found]
-        index = decide(estimates, now)
-        group, launcher = found[index]
-        if ex is not None:
-            ex.add("expected starts:", 1)
-            for label, e in zip(labels, estimates, strict=True):
-                where = f", partition {e.partition} on {e.nodes}" if e.partition else ""
-                ago = round(now - e.asked)
-                reused = f", asked {ago} s ago" if ago >= 1 else ""
-                ex.add(f"{label}: {when(e, now)} ({e.how}{where}{reused})", 2)
-            ex.add(f"chosen: {labels[index]}: {reason(estimates, labels, now)}", 1)
-            if i + 1 < len(alternatives):
-                ex.add(
-                    f"alternatives {i + 1}..{len(alternatives) - 1}: not tried, alternative {i} fits"
-                )
-        return s.SearchResult(s._batched(group, launcher), ex or Explanation())
-    return s.SearchResult(None, ex or Explanation())

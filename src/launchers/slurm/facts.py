@@ -154,6 +154,7 @@ def read_facts(
     connector: Connector, *, path: str | None = None, timeout: float = COMMAND_TIMEOUT
 ) -> Facts:
     """:func:`read_facts_async` from synchronous code (on the launchers event loop)."""
-    from ..jobs.loop import run_sync
+    # lazy: kept off the module's import
+    from ..runtime.loop import run_sync
 
     return run_sync(read_facts_async(connector, path=path, timeout=timeout))

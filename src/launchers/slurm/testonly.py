@@ -25,8 +25,11 @@ from datetime import datetime
 
 import attrs
 
+from ..config.model import LaunchersConfig, SlurmGroup
 from ..connectors.base import Connector
+from ..connectors.registry import get_connector
 from ..errors import LaunchersError
+from ..runtime.loop import in_loop_thread, run_sync
 
 #: Environment of the command: the start time in seconds since the epoch.
 ENVIRONMENT = {"SLURM_TIME_FORMAT": "%s"}
@@ -101,3 +104,33 @@ async def ask(connector: Connector, argv: Sequence[str], timeout: float) -> Answ
     except (LaunchersError, OSError) as e:
         return Answer(None, asked, error=str(e))
     return read_answer(result.returncode, result.stdout, result.stderr, asked)
+
+
+def ask_all(asks: Sequence[tuple[SlurmGroup, list[str]]], config: LaunchersConfig) -> list[Answer]:
+    """``sbatch --test-only`` for every (group, args), concurrently, each within the timeout."""
+    timeout = config.estimate_timeout
+    asked = time.time()
+    if in_loop_thread():
+        return [Answer(None, asked, error="cannot ask from the launchers event loop")] * len(asks)
+    coros = []
+    failed: dict[int, Answer] = {}
+    for i, (group, args) in enumerate(asks):
+        try:
+            connector = get_connector(group.connector, config)
+        except LaunchersError as e:
+            failed[i] = Answer(None, asked, error=str(e))
+            continue
+        coros.append((i, ask(connector, command(args, group.path, connector.is_local), timeout)))
+
+    async def gather() -> list[Answer]:
+        return list(await asyncio.gather(*(c for _, c in coros)))
+
+    answers: list[Answer] = []
+    if coros:
+        try:
+            answers = run_sync(gather(), timeout + 2)
+        except Exception as e:  # the loop itself failed: every estimate is unknown
+            answers = [Answer(None, asked, error=f"no answer: {e}")] * len(coros)
+    results = dict(zip([i for i, _ in coros], answers, strict=True))
+    results.update(failed)
+    return [results[i] for i in range(len(asks))]
