@@ -28,6 +28,8 @@ RUNTIME_AND_KINDS = (
     "launchers.slurm.executor",
     "launchers.slurm.query",
     "launchers.local.executor",
+    "launchers.local.processes",
+    "launchers.local.files",
     "launchers.local.tokens",
     "launchers.remote.http",
     "launchers.remote.outputs",
@@ -41,6 +43,12 @@ RUNTIME_AND_KINDS = (
     "launchers.batch.remote",
     "launchers.batch.rest",
 )
+
+#: Modules of pure decisions (the "decisions are pure" contract of pyproject.toml). Beyond what
+#: the contract checks, they import none of the standard library's I/O modules, read no clock
+#: and call no ``open``.
+DECISIONS = ("jobs/update.py", "local/decide.py", "local/settings.py")
+STDLIB_IO = {"asyncio", "fcntl", "os", "shutil", "socket", "subprocess", "threading", "time"}
 
 
 def _graph(*, type_checking: bool) -> grimp.ImportGraph:
@@ -194,3 +202,20 @@ def test_importing_the_package_stays_cheap() -> None:
         "launchers.units",
     }
     assert not loaded & {"yaml", "lark", "asyncssh", "pyunicore", "firecrest", "httpx", "requests"}
+
+
+def test_decisions_do_no_io() -> None:
+    found = []
+    for rel in DECISIONS:
+        for node in ast.walk(ast.parse((SRC / rel).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open":
+                names = ["open()"]
+            else:
+                continue
+            found += [f"{rel}:{node.lineno} {n}" for n in names if n.split(".")[0] in STDLIB_IO]
+            found += [f"{rel}:{node.lineno} open()" for n in names if n == "open()"]
+    assert found == []
