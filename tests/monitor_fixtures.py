@@ -1,0 +1,142 @@
+"""Helpers of the monitor tests: job directories written by hand (as another tool or an older
+run would leave them), a monitor served on a free loopback port, and a real headless Chromium
+(Debian's chromium and chromium-driver, installed by tests/browser/install.sh)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import _unavailable
+from launchers.jobs.record import StateRecord, epoch_iso, write_record
+from launchers.jobs.state import JobState
+
+INSTALL = Path(__file__).parent / "browser" / "install.sh"
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+#: Screenshots of the page tests, kept as test artifacts (tests/artifacts is not committed).
+ARTIFACTS = Path(__file__).parent / "artifacts" / "monitor"
+
+
+def make_job(
+    xp: Path,
+    name: str,
+    digest: str,
+    state: str = "COMPLETED",
+    *,
+    t0: float | None = None,
+    wait: float = 5.0,
+    queue: float | None = 60.0,
+    run: float | None = 120.0,
+    out: str | None = None,
+    err: str | None = None,
+    **fields: Any,
+) -> Path:
+    """A job directory with a ``state.json`` as launchers writes it: created at ``t0``,
+    (default: an hour ago), submitted ``wait`` s later, started after ``queue`` s in the queue (None: not started),
+    ended after ``run`` s (None: not ended); ``fields`` override record fields."""
+    t0 = time.time() - 3600 if t0 is None else t0
+    directory = xp / "jobs" / name / digest
+    directory.mkdir(parents=True, exist_ok=True)
+    js = JobState.parse(state)
+    sub = t0 + wait
+    sta = None if queue is None else sub + queue
+    end = None if (sta is None or run is None) else sta + run
+    history = [(epoch_iso(t0), "WAITING", "created"), (epoch_iso(sub), "PENDING", "")]
+    if sta is not None:
+        history.append((epoch_iso(sta), "RUNNING", ""))
+    if js.is_final:
+        history.append((epoch_iso(end or sta or sub), js.value, ""))
+    values: dict[str, Any] = {
+        "task_id": f"{name}-{digest}",
+        "state": js,
+        "launcher": {
+            "kind": "slurm",
+            "group": "gpu-a100",
+            "connector": "local",
+            "options": ["--partition=gpu", "--time=01:00:00"],
+        },
+        "native_id": "4242",
+        "submitted_at": epoch_iso(sub),
+        "started_at": None if sta is None else epoch_iso(sta),
+        "ended_at": None if end is None or not js.is_final else epoch_iso(end),
+        "history": tuple(history),
+    }
+    values.update(fields)
+    write_record(directory, StateRecord(**values), sync=False, sync_dir=False)
+    (directory / "params.json").write_text(
+        json.dumps({"kind": "command", "target": ["echo", name], "params": {}, "env": {}})
+    )
+    (directory / "job.sh").write_text(f"#!/bin/bash\necho {name}\n")
+    if out is not None:
+        (directory / "job.out").write_text(out)
+    if err is not None:
+        (directory / "job.err").write_text(err)
+    return directory
+
+
+@contextlib.contextmanager
+def serving(*workdirs: Path, **options: Any) -> Iterator[Any]:
+    """A monitor over ``workdirs`` on a free loopback port, stopped afterwards."""
+    from launchers.monitor.scan import find_experiments
+    from launchers.monitor.server import Monitor
+
+    monitor = Monitor(find_experiments(list(workdirs), Path.cwd()), port=0, **options).start()
+    try:
+        yield monitor
+    finally:
+        monitor.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium driven by selenium (1440x900); under CI a browser that cannot start
+    fails the test."""
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        done = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            _unavailable(f"chromium and chromium-driver are not installed: {done.stderr[-1000:]}")
+    try:
+        from selenium import webdriver
+        from selenium.common.exceptions import WebDriverException
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as e:
+        _unavailable(f"selenium is not installed ({e}): pip install -e '.[test]'")
+        raise
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # as root
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1440,900",
+        "--force-device-scale-factor=1",
+        "--lang=en-US",
+    ):
+        options.add_argument(arg)
+    try:
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    except WebDriverException as e:
+        _unavailable(f"cannot start headless Chromium: {e.msg}")
+        raise
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def screenshot(driver: Any, name: str) -> Path:
+    """Save the page as ``tests/artifacts/monitor/NAME.png``."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    return path
