@@ -140,3 +140,73 @@ def screenshot(driver: Any, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     driver.save_screenshot(str(path))
     return path
+
+
+def demo_experiment(
+    xp: Path, n: int = 48, *, seed: int = 7, start: float = 6 * 3600, span: float = 5.2 * 3600
+) -> list[Path]:
+    """A plausible experiment of ``n`` jobs created over ``span`` seconds from ``start``
+    seconds ago (by default over the last six hours; fixed seed): training runs
+    on a GPU partition that queues long, evaluations on a CPU one that does not, a few failures,
+    a re-run, jobs still pending and running. For the page tests and the screenshots of
+    docs/monitor.md."""
+    import random
+
+    rnd = random.Random(seed)
+    now = time.time()
+    kinds = [
+        ("train", "gpu-a100", "gpu", 1500.0, 2400.0),
+        ("eval", "cpu", "debug", 60.0, 400.0),
+        ("preprocess", "cpu", "long", 200.0, 900.0),
+        ("sweep_lr", "gpu-a100", "gpu", 1800.0, 1500.0),
+    ]
+    made = []
+    for i in range(n):
+        name, group, part, mean_wait, mean_run = kinds[i % len(kinds)]
+        digest = f"{rnd.getrandbits(64):016x}"
+        t0 = now - start + i * (span / n)
+        queue = rnd.expovariate(1 / mean_wait)
+        run: float | None = rnd.expovariate(1 / mean_run) + 30
+        state = rnd.choices(["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"], [88, 6, 3, 3])[0]
+        q: float | None = queue
+        if t0 + 5 + queue > now:
+            state, q, run = "PENDING", None, None
+        elif t0 + 5 + queue + (run or 0) > now:
+            state, run = "RUNNING", None
+        reason = {
+            "FAILED": "exit code 1",
+            "TIMEOUT": "time limit reached",
+            "CANCELLED": "cancelled on request",
+            "PENDING": "Priority" if part == "gpu" else "Resources",
+        }.get(state)
+        epochs = 40 if state != "PENDING" else 0
+        out = f"==== launchers: attempt 1, job {5000 + i}, gpu0{1 + i % 2}, start ====\n" + "".join(
+            f"epoch {e:3d}  loss {2.3 / (e + 1) ** 0.7:.4f}  val_acc {1 - 0.9 / (e + 2):.4f}\n"
+            for e in range(epochs)
+        )
+        err = "Traceback (most recent call last):\nRuntimeError: CUDA out of memory\n"
+        made.append(
+            make_job(
+                xp,
+                name,
+                digest,
+                state,
+                t0=t0,
+                wait=rnd.uniform(1, 40),
+                queue=q,
+                run=run,
+                out=out,
+                err=err if state == "FAILED" else "",
+                native_id=str(5000 + i),
+                reason=reason,
+                exit_code={"COMPLETED": 0, "FAILED": 1}.get(state),
+                launcher={
+                    "kind": "slurm",
+                    "group": group,
+                    "connector": "local",
+                    "options": [f"--partition={part}", "--time=04:00:00", "--cpus-per-task=4"]
+                    + (["--gpus-per-node=1"] if part == "gpu" else []),
+                },
+            )
+        )
+    return made

@@ -29,6 +29,8 @@ python3 -m ruff format --check src tests benchmarks examples
 lint-imports --no-cache >/tmp/launchers-lint-imports.log 2>&1 || { cat /tmp/launchers-lint-imports.log; exit 1; }
 python3 -m mypy >/tmp/launchers-mypy.log 2>&1 &
 mypy_pid=$!
+# the monitor's page tests drive a headless Chromium (Debian's chromium and chromium-driver)
+bash tests/browser/install.sh
 bash tests/cluster/start.sh >/tmp/launchers-cluster.env
 # stop on exit only what this run started (a reused, already running cluster is left alone)
 grep -q '^# start.sh: reused' /tmp/launchers-cluster.env || started=1

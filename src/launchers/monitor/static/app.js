@@ -59,7 +59,7 @@
     return d + " d " + hh + " h";
   }
   function fmtHours(sec) {
-    if (!sec) return "0 h";
+    if (!sec) return "0 s";
     if (sec < 3600) return fmtDuration(sec);
     return (sec / 3600).toFixed(sec < 36000 ? 1 : 0) + " h";
   }
@@ -893,11 +893,12 @@
       t0 = Infinity; t1 = -Infinity;
       for (const x of rows) for (const p of x.ps) { t0 = Math.min(t0, p[1]); t1 = Math.max(t1, p[2]); }
       if (!rows.length) { t0 = now - 3600; t1 = now; }
-      if (t1 - t0 < 60) t1 = t0 + 60;
+      if (t1 - t0 < 30) t1 = t0 + 30;
       const pad = (t1 - t0) * 0.02; t1 += pad;
       rowH = rows.length <= 60 ? 20 : rows.length <= 300 ? 10 : rows.length <= 2000 ? 5 : 3;
       label = rowH >= 20 ? 210 : 0;
       spacer.style.height = Math.max(0, rows.length * rowH - scroll.clientHeight) + "px";
+      scroll.style.overflowY = rows.length * rowH > scroll.clientHeight ? "auto" : "hidden";
       const states = new Set(rows.map((x) => x.r.state));
       put(legend, el("span", null, el("i", { class: "wait" }), "waiting (local)"),
         el("span", null, el("i", { class: "pend", dataset: { st: "COMPLETED" } }), "pending (queue): the job's colour, striped"),
@@ -913,7 +914,7 @@
       return ctx;
     }
     function niceStep(span, px) {
-      const steps = [60, 300, 600, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800];
+      const steps = [5, 10, 15, 30, 60, 300, 600, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800];
       const want = span / Math.max(1, px / 110);
       return steps.find((s) => s >= want) || 604800;
     }
@@ -933,32 +934,33 @@
     function draw() {
       const w = scroll.clientWidth, h = scroll.clientHeight;
       if (!w || !h) return;
-      const ax = setup(axis, w, 26);
-      ax.clearRect(0, 0, w, 26);
+      const ax = setup(axis, w, 30);
+      ax.clearRect(0, 0, w, 30);
       ax.font = "11px " + css("--sans");
       ax.fillStyle = css("--muted");
       ax.strokeStyle = css("--line");
       const step = niceStep(t1 - t0, w - label);
       const first = Math.ceil(t0 / step) * step;
+      const now = nowSec();
       const ctx = setup(canvas, w, h);
       ctx.clearRect(0, 0, w, h);
       for (let t = first; t <= t1; t += step) {
         const px = x(t, w);
         const d = new Date(t * 1000);
-        const text = step >= 86400 ? MONTHS[d.getMonth()] + " " + d.getDate() : pad2(d.getHours()) + ":" + pad2(d.getMinutes());
-        ax.fillText(text, px + 3, 17);
-        ax.fillRect(px, 18, 1, 8);
+        const text = step >= 86400 ? MONTHS[d.getMonth()] + " " + d.getDate()
+          : pad2(d.getHours()) + ":" + pad2(d.getMinutes()) + (step < 60 ? ":" + pad2(d.getSeconds()) : "");
+        ax.fillText(text, px + 3, 23);
+        ax.fillRect(px, 20, 1, 10);
         ctx.fillStyle = css("--line");
         ctx.fillRect(px, 0, 1, h);
       }
-      const now = nowSec();
       if (now <= t1) {
         const px = x(now, w);
         ctx.fillStyle = "rgba(47,111,208,0.5)";
         ctx.fillRect(px, 0, 1.5, h);
         ax.fillStyle = css("--accent");
-        ax.fillRect(px, 0, 1.5, 26);
-        ax.fillText("now", px - ax.measureText("now").width - 4, 9);
+        ax.fillRect(px, 0, 1.5, 30);
+        ax.fillText("now", px - ax.measureText("now").width - 4, 10);
       }
       const top = scroll.scrollTop;
       const firstRow = Math.max(0, Math.floor(top / rowH));
