@@ -271,3 +271,39 @@ def test_paths_never_leave_the_jobs_folder(tmp_path: Path) -> None:
     assert security.job_file(jobs, "train", digest, "job.err") is None
     os.symlink(tmp_path, jobs / "train" / ("e" * 16))
     assert security.job_file(jobs, "train", "e" * 16, "job.out") is None
+
+
+def test_totals_kept_row_by_row_equal_a_fresh_summary() -> None:
+    """A burst of changes over many jobs costs each changed row only (``Totals``): the result
+    is the summary computed from scratch."""
+    import random
+
+    from launchers.monitor.model import Totals
+
+    rnd = random.Random(4)
+    states = ["PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
+
+    def random_row(key: str) -> dict[str, object]:
+        sub = T0 + rnd.randint(0, 1000)
+        sta = sub + rnd.randint(0, 500) if rnd.random() < 0.8 else None
+        state = rnd.choice(states[1:] if sta else states[:1] + states[3:])
+        end = (sta or sub) + rnd.randint(0, 900) if state not in ("PENDING", "RUNNING") else None
+        return _row(key, "g", rnd.choice(["a", "b"]), state, sub, sta, end)
+
+    totals = Totals()
+    rows: dict[str, dict[str, object]] = {}
+    for step in range(400):
+        key = f"j/{rnd.randint(0, 60)}"
+        if rnd.random() < 0.1:
+            rows.pop(key, None)
+            totals.set(key, None)
+        else:
+            rows[key] = random_row(key)
+            totals.set(key, rows[key])
+        if step % 50 == 0:
+            now = T0 + 3000
+            got, want = totals.summary(now), experiment_summary(rows.values(), now)
+            for field in ("run_time", "queue_wait", "elapsed"):
+                assert got[field] == pytest.approx(want[field], abs=1e-3)
+                got.pop(field), want.pop(field)
+            assert got == want

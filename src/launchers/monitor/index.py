@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .model import experiment_summary, is_final, rows_payload
+from .model import Totals, is_final, rows_payload
 from .scan import ExperimentDir, Reading, Stamp, job_keys, read_job, stamp_of
 from .watch import Watches
 
@@ -55,9 +55,9 @@ class ExperimentState:
         self.owners: dict[str, Any] = {}
         #: modification time (ns) of ``jobs/`` and of each ``jobs/NAME/`` at the last listing
         self.folder_times: dict[str, int] = {}
+        self.totals = Totals()
         self.version = 0
         self._payload: tuple[int, bytes] | None = None
-        self._summary: tuple[int, float, dict[str, Any]] | None = None
 
     def unfinished(self) -> list[str]:
         return [k for k, r in self.rows.items() if not is_final(str(r.get("state")))]
@@ -71,15 +71,16 @@ class ExperimentState:
         return self._payload[1]
 
     def summary(self, now: float) -> dict[str, Any]:
-        """``experiment_summary`` of the rows (cached for a second while nothing changes)."""
-        cached = self._summary
-        if cached is None or cached[0] != self.version or now - cached[1] >= 1.0:
-            cached = self._summary = (
-                self.version,
-                now,
-                experiment_summary(self.rows.values(), now),
-            )
-        return cached[2]
+        """The experiment's summary (``model.Totals``: kept up to date row by row)."""
+        return self.totals.summary(now)
+
+    def set_row(self, key: str, row: dict[str, Any] | None) -> None:
+        """Row ``key`` is now ``row`` (None: removed)."""
+        if row is None:
+            self.rows.pop(key, None)
+        else:
+            self.rows[key] = row
+        self.totals.set(key, row)
 
     def describe(self, now: float) -> dict[str, Any]:
         return {
@@ -306,7 +307,7 @@ class Index:
             else:
                 state.owners.pop(key, None)
             if state.rows.get(key) != reading.row:
-                state.rows[key] = reading.row
+                state.set_row(key, reading.row)
                 changed.append(key)
         if changed:
             state.version += 1
@@ -319,7 +320,7 @@ class Index:
         if not keys:
             return
         for key in keys:
-            state.rows.pop(key, None)
+            state.set_row(key, None)
             state.stamps.pop(key, None)
             state.owners.pop(key, None)
             if self.watches is not None:

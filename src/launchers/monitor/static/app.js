@@ -204,8 +204,10 @@
         for (const k of data.removed) map.delete(k);
         store.versions.set(data.exp, data.version);
       }
+      // for tests and benchmarks: how many updates came, the last one, its counts
       window.__monitorUpdates = (window.__monitorUpdates || 0) + 1;
       window.__monitorLastUpdate = Date.now();
+      window.__monitorCounts = data.summary.counts;
       rerender();
     });
     events.addEventListener("resync", () => {
