@@ -307,3 +307,23 @@ def test_totals_kept_row_by_row_equal_a_fresh_summary() -> None:
                 assert got[field] == pytest.approx(want[field], abs=1e-3)
                 got.pop(field), want.pop(field)
             assert got == want
+
+
+def test_payload_gzip_compresses_only_what_follows_the_rows() -> None:
+    """The rows of an experiment are compressed once per version; each response adds its own
+    fields after them and is still one valid gzip stream."""
+    import gzip
+    import json
+
+    from launchers.monitor.index import Payload
+
+    payload = Payload(
+        3, json.dumps({"columns": ["key"], "rows": [[str(i)] for i in range(999)]}).encode()
+    )
+    for rest in (b'"now":1.5,"exp":"x"', b'"now":2', b""):
+        body = gzip.decompress(payload.gzipped(rest))
+        assert body == payload.body(rest)
+    assert json.loads(payload.body(b'"now":2')) == {
+        "table": {"columns": ["key"], "rows": [[str(i)] for i in range(999)]},
+        "now": 2,
+    }

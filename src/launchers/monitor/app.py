@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import gzip
 import html
 import json
 import os
@@ -42,7 +41,6 @@ TAIL_BYTES = 64 * 1024
 FOLLOW_CHUNK = 256 * 1024
 #: How often a followed output is checked without an inotify event (other hosts' writes).
 FOLLOW_POLL = 1.0
-GZIP_MIN = 16 * 1024
 
 STATIC_TYPES = {
     ".js": "text/javascript; charset=utf-8",
@@ -148,17 +146,6 @@ async def _plain(
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
-
-
-def _json_bytes(request: Request, body: bytes) -> Response:
-    """JSON already encoded, gzipped when large and the client takes it."""
-    if len(body) >= GZIP_MIN and "gzip" in request.headers.get("accept-encoding", ""):
-        return Response(
-            gzip.compress(body, compresslevel=1),
-            media_type="application/json",
-            headers={"content-encoding": "gzip", "vary": "accept-encoding"},
-        )
-    return Response(body, media_type="application/json")
 
 
 def _read_text(path: Path, limit: int = SHOW_LIMIT) -> dict[str, Any] | None:
@@ -343,12 +330,18 @@ def create_app(
         if state is None:
             return _error(404, "no such experiment")
         now = index.clock()
-        head = json.dumps(
+        rest = json.dumps(
             {"exp": state.exp.id, "version": state.version, "now": now, **state.describe(now)},
             separators=(",", ":"),
-        ).encode()
-        body = head[:-1] + b',"table":' + state.payload() + b"}"
-        return _json_bytes(request, body)
+        ).encode()[1:-1]
+        payload = state.payload()
+        if "gzip" in request.headers.get("accept-encoding", ""):
+            return Response(
+                payload.gzipped(rest),
+                media_type="application/json",
+                headers={"content-encoding": "gzip", "vary": "accept-encoding"},
+            )
+        return Response(payload.body(rest), media_type="application/json")
 
     async def timeline(request: Request) -> Response:
         state = experiment(request)

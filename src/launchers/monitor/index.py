@@ -9,8 +9,10 @@ times of ``jobs/`` and ``jobs/NAME/`` (new job directories) with what it saw las
 jobs are swept often (every ``HOT_INTERVAL`` s, every ``HOT_INTERVAL_ALONE`` s without
 inotify), finished ones rarely (``COLD_INTERVAL``: their record changes only when a new attempt
 starts); each interval also stays at least 50 (100) times the time its last sweep took, so the
-sweep never takes more than 2 % of a core even on a slow shared filesystem. An experiment of
-10,000 finished jobs costs a few ``stat`` calls a second while nothing happens.
+sweep never takes more than 2 % of a core even on a slow shared filesystem. The job folders
+are listed again only when their modification times change (and, as a safety net, every
+``RELIST_EVERY`` cold sweeps). An experiment of 10,000 finished jobs costs a few ``stat`` calls
+a second while nothing happens (docs/monitor.md, "Performance").
 
 Every change re-reads the records that changed (after ``SETTLE`` s, so that a burst of writes
 is read once) and publishes their new rows to every page.
@@ -23,6 +25,7 @@ import json
 import logging
 import os
 import time
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,10 +42,38 @@ HOT_INTERVAL_ALONE = 1.0
 COLD_INTERVAL = 60.0
 HOT_BUDGET = 50
 COLD_BUDGET = 100
+#: Every how many cold sweeps the job folders are listed again even though their modification
+#: times did not change (a safety net: a listing re-adds 10,000 watches).
+RELIST_EVERY = 10
 #: Updates a page may fall behind by before it is told to reload its rows instead.
 QUEUE_LIMIT = 256
 #: A comment line on idle event streams, so that proxies and tunnels keep them open.
 KEEPALIVE = 15.0
+
+
+class Payload:
+    """The JSON of an experiment's rows at one version, and its gzip compression kept open:
+    a response ``{"table": ROWS, ...}`` puts the rows first, so that each request compresses
+    only its own few fields after them (a copy of the compressor) instead of megabytes."""
+
+    def __init__(self, version: int, data: bytes) -> None:
+        self.version = version
+        self.data = data
+        self._gzip: tuple[bytes, Any] | None = None
+
+    def body(self, rest: bytes) -> bytes:
+        """``{"table":ROWS,REST}`` where ``rest`` is an encoded JSON object's inside."""
+        return b'{"table":' + self.data + b"," + rest + b"}"
+
+    def gzipped(self, rest: bytes) -> bytes:
+        """``body(rest)`` gzipped (level 1: a tunnel's bandwidth, not the CPU, is short)."""
+        if self._gzip is None:
+            compressor = zlib.compressobj(1, zlib.DEFLATED, 31)
+            head = compressor.compress(b'{"table":' + self.data + b",")
+            self._gzip = (head + compressor.flush(zlib.Z_SYNC_FLUSH), compressor)
+        head, compressor = self._gzip
+        tail = compressor.copy()
+        return head + tail.compress(rest + b"}") + tail.flush()
 
 
 class ExperimentState:
@@ -56,19 +87,22 @@ class ExperimentState:
         #: modification time (ns) of ``jobs/`` and of each ``jobs/NAME/`` at the last listing
         self.folder_times: dict[str, int] = {}
         self.totals = Totals()
+        #: keys of the unfinished jobs (kept with the rows: the sweep asks every two seconds)
+        self.open: set[str] = set()
         self.version = 0
-        self._payload: tuple[int, bytes] | None = None
+        self._payload: Payload | None = None
 
     def unfinished(self) -> list[str]:
-        return [k for k, r in self.rows.items() if not is_final(str(r.get("state")))]
+        """Keys of the jobs not in a final state."""
+        return list(self.open)
 
-    def payload(self) -> bytes:
-        """The JSON of every row (``rows_payload``), cached until the next change."""
-        if self._payload is None or self._payload[0] != self.version:
+    def payload(self) -> Payload:
+        """Every row as JSON (``rows_payload``), cached until the next change."""
+        if self._payload is None or self._payload.version != self.version:
             rows = sorted(self.rows.values(), key=lambda r: str(r["key"]))
             data = json.dumps(rows_payload(rows), separators=(",", ":")).encode()
-            self._payload = (self.version, data)
-        return self._payload[1]
+            self._payload = Payload(self.version, data)
+        return self._payload
 
     def summary(self, now: float) -> dict[str, Any]:
         """The experiment's summary (``model.Totals``: kept up to date row by row)."""
@@ -80,6 +114,10 @@ class ExperimentState:
             self.rows.pop(key, None)
         else:
             self.rows[key] = row
+        if row is None or is_final(str(row.get("state"))):
+            self.open.discard(key)
+        else:
+            self.open.add(key)
         self.totals.set(key, row)
 
     def describe(self, now: float) -> dict[str, Any]:
@@ -117,7 +155,7 @@ def _read_many(items: Sequence[tuple[str, Path]]) -> list[tuple[str, Reading | N
     return [(key, read_job(key, directory)) for key, directory in items]
 
 
-def _stat_many(items: Sequence[tuple[str, Path]]) -> list[tuple[str, Stamp | None]]:
+def _stat_many(items: Sequence[tuple[str, str]]) -> list[tuple[str, Stamp | None]]:
     return [(key, stamp_of(directory)) for key, directory in items]
 
 
@@ -173,6 +211,8 @@ class Index:
         for state in self.experiments.values():
             await self._relist(state)
         self.stats["scan_seconds"] = time.perf_counter() - t0
+        for state in self.experiments.values():
+            state.payload().gzipped(b"")  # the first page load finds them ready
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
 
     async def stop(self) -> None:
@@ -363,12 +403,14 @@ class Index:
         hot_base = HOT_INTERVAL if self.inotify_active else HOT_INTERVAL_ALONE
         hot_every, cold_every = hot_base, COLD_INTERVAL
         next_cold = time.monotonic() + cold_every
+        colds = 0
         while True:
             await asyncio.sleep(hot_every)
             cold = time.monotonic() >= next_cold
+            colds += cold
             t0 = time.perf_counter()
             try:
-                await self.sweep(cold=cold)
+                await self.sweep(cold=cold, relist=cold and colds % RELIST_EVERY == 0)
             except Exception as e:  # a sweep that fails is retried, never fatal to the server
                 log.warning("stat sweep failed: %s", e)
             took = time.perf_counter() - t0
@@ -378,9 +420,10 @@ class Index:
             else:
                 hot_every = max(hot_base, HOT_BUDGET * took)
 
-    async def sweep(self, *, cold: bool) -> None:
+    async def sweep(self, *, cold: bool, relist: bool = False) -> None:
         """One sweep: new folders, and the records of unfinished jobs (of every job if
-        ``cold``) whose stamp changed; what changed is re-read and published."""
+        ``cold``) whose stamp changed; what changed is re-read and published. ``relist``: list
+        the job folders even if their modification times say nothing changed."""
         for state in list(self.experiments.values()):
             jobs = state.exp.jobs
             keys = list(state.rows) if cold else state.unfinished()
@@ -392,15 +435,16 @@ class Index:
                 times = {"": _mtime(jobs)}
                 for name in names:
                     times[name] = _mtime(jobs / name)
-                return times, _stat_many([(k, jobs / k) for k in keys])
+                base = str(jobs)
+                return times, _stat_many([(k, os.path.join(base, k)) for k in keys])
 
             times, stamps = await asyncio.to_thread(stat_all)
             self.stats["sweeps"] += 1
             self.stats["swept"] += len(stamps) + len(times)
-            if cold or any(times.get(n) != state.folder_times.get(n) for n in times):
+            if relist or any(times.get(n) != state.folder_times.get(n) for n in times):
                 await self._relist(state)
             changed = [k for k, s in stamps if s is not None and s != state.stamps.get(k)]
             await self._refresh(state, changed)
 
 
-__all__ = ["ExperimentState", "Index", "Subscriber", "sse"]
+__all__ = ["ExperimentState", "Index", "Payload", "Subscriber", "sse"]

@@ -135,7 +135,7 @@ def job_keys(jobs: Path) -> Iterator[tuple[str, Path]]:
                 yield f"{name.name}/{digest.name}", Path(digest.path)
 
 
-def stamp_of(directory: Path) -> Stamp | None:
+def stamp_of(directory: str | Path) -> Stamp | None:
     """The stamp of ``directory/state.json``, None when there is none."""
     try:
         st = os.stat(os.path.join(directory, STATE))

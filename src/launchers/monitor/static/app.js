@@ -270,6 +270,8 @@
     if (view && view.destroy) view.destroy();
     view = null;
     try {
+      // a first load asks for the rows and the experiments at once
+      if (parts[0] === "x" && parts[1] && !store.rows.has(parts[1])) loadRows(parts[1]).catch(() => {});
       if (!store.experiments.size) await loadExperiments();
       if (first && !location.hash && store.experiments.size === 1) {
         first = false;
