@@ -124,8 +124,8 @@ def browser() -> Iterator[Any]:
         options.add_argument(arg)
     try:
         driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    except WebDriverException as e:
-        _unavailable(f"cannot start headless Chromium: {e.msg}")
+    except (WebDriverException, OSError) as e:  # OSError: a driver that cannot be run
+        _unavailable(f"cannot start headless Chromium: {getattr(e, 'msg', None) or e}")
         raise
     driver.set_page_load_timeout(30)
     try:

@@ -20,7 +20,6 @@ import pytest
 
 from launchers.jobs.record import read_record, write_record
 from launchers.jobs.state import JobState
-from launchers.monitor.scan import ExperimentDir
 from monitor_fixtures import browser, demo_experiment, make_job, screenshot, serving  # noqa: F401
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -208,38 +207,67 @@ def _sacct(native_id: str, env: dict[str, str]) -> str:
     return done.stdout
 
 
+EVIL = "<script>window.__xss=1</script><img src=x onerror=window.__xss=2>"
+
+
 @pytest.fixture
 def demo(tmp_path: Path) -> Iterator[Any]:
     xp = tmp_path / "runs" / "lr-sweep"
     demo_experiment(xp)
     demo_experiment(tmp_path / "runs" / "ablation", 24, seed=3, start=30 * 3600, span=4 * 3600)
     demo_experiment(tmp_path / "runs" / "pretrain", 10, seed=5, start=3000, span=2400)
-    evil = "<script>window.__xss=1</script><img src=x onerror=window.__xss=2>"
-    make_job(
-        xp,
-        "x",
-        "e" * 16,
-        "FAILED",
-        task_id=evil,
-        reason=evil,
-        out=evil + "\n\x1b[31mred\x1b[0m progress 10%\rprogress 100%\n",
-    )
     with serving(tmp_path / "runs") as m:
         yield m, xp
 
 
 def test_filters_sorting_escaping_and_live_updates(browser: Any, demo: Any) -> None:  # noqa: F811
     monitor, xp = demo
-    browser.get(monitor.url + f"#/x/{ExperimentDir.of(xp).id}")
+
+    # the screenshots of docs/monitor.md (before the hostile job below joins the experiment)
+    browser.set_window_size(1440, 900)
+    browser.get(monitor.url + "#/")
+    wait_for(lambda: len(browser.find_elements("css selector", ".exp")) == 3, 20, "no experiment")
+    screenshot(browser, "demo-experiments")
+    exp = _exp_id(browser)
+    browser.get(monitor.url + f"#/x/{exp}")
+    wait_for(lambda: len(rows(browser)) > 10, 20, "no rows")
+    screenshot(browser, "demo-jobs")
+    train = next(
+        d
+        for d in sorted((xp / "jobs" / "train").iterdir())
+        if (rec := read_record(d)) is not None and rec.state is JobState.RUNNING
+    )
+    browser.get(monitor.url + f"#/x/{exp}/job/train/{train.name}")
+    wait_for(lambda: "epoch" in text(browser, "#log"), 20, "no output")
+    time.sleep(0.3)
+    screenshot(browser, "demo-job")
+    browser.get(monitor.url + f"#/x/{exp}/timeline")
+    wait_for(lambda: browser.find_elements("css selector", "#wait-run"), 20, "no summary")
+    time.sleep(0.3)
+    screenshot(browser, "demo-timeline")
+
+    browser.get(monitor.url + f"#/x/{exp}")
     wait_for(lambda: len(rows(browser)) >= 20, 30, "no rows")
     browser.execute_script("window.__sameDocument = 'yes'")
     total = len(list((xp / "jobs").glob("*/*/state.json")))
     assert f"{total} jobs" in browser.find_element("css selector", ".status-line").text
 
-    # names, reasons and output are text, never markup
+    # a new job with a hostile name, reason and output appears, shown as text, never markup
+    make_job(
+        xp,
+        "x",
+        "e" * 16,
+        "FAILED",
+        task_id=EVIL,
+        reason=EVIL,
+        out=EVIL + "\n\x1b[31mred\x1b[0m progress 10%\rprogress 100%\n",
+    )
+    evil_key = f"x/{'e' * 16}"
+    evil_row = wait_for(
+        lambda: [r for r in rows(browser) if r[0] == evil_key], 10, "the new job never showed"
+    )
+    assert "<script>window.__xss=1</script>" in evil_row[0][2]
     assert browser.execute_script("return window.__xss") is None
-    evil_row = [r for r in rows(browser) if r[0] == f"x/{'e' * 16}"]
-    assert evil_row and "<script>window.__xss=1</script>" in evil_row[0][2]
 
     # filter by state (a click on its chip), then by name; sort by a column
     click(browser, '.filter[data-state="FAILED"]')
@@ -250,27 +278,24 @@ def test_filters_sorting_escaping_and_live_updates(browser: Any, demo: Any) -> N
     search.send_keys("eval")
     wait_for(lambda: all(k.startswith("eval/") for k, _, _ in rows(browser)), 10, "name filter")
     assert "q=eval" in browser.current_url
-    search.clear()
-    search.send_keys(" ")
-    search.clear()
     browser.execute_script(
         "const s = document.querySelector('input[type=search]'); s.value = '';"
         "s.dispatchEvent(new Event('input'))"
     )
     click(browser, 'th[data-col="native_id"]')  # descending numbers first...
     click(browser, 'th[data-col="native_id"]')  # ...then ascending
-    ids = [r[2].split("\t")[5] for r in rows(browser) if r[0] != f"x/{'e' * 16}"]
+    ids = [r[2].split("\t")[5] for r in rows(browser) if r[0] != evil_key]
     numbers = [int(i) for i in ids if i.isdigit()]
     assert numbers == sorted(numbers) and len(numbers) > 10
 
-    # a record changed on disk reaches the page without a reload
-    job = next(
-        d for d in sorted((xp / "jobs").glob("*/*")) if "RUNNING" in (d / "state.json").read_text()
-    )
-    rec = read_record(job)
+    # a record changed on disk reaches the page without a reload (the job filtered by its
+    # name: the table draws only the rows in view)
+    search.send_keys(train.name)
+    wait_for(lambda: len(rows(browser)) == 1, 10, "name filter")
+    rec = read_record(train)
     assert rec is not None
-    write_record(job, rec.transition(JobState.FAILED, reason="exit code 9", exit_code=9))
-    key = f"{job.parent.name}/{job.name}"
+    write_record(train, rec.transition(JobState.FAILED, reason="exit code 9", exit_code=9))
+    key = f"train/{train.name}"
     wait_for(
         lambda: [s for k, s, _ in rows(browser) if k == key] == ["FAILED"],
         10,
@@ -279,33 +304,13 @@ def test_filters_sorting_escaping_and_live_updates(browser: Any, demo: Any) -> N
     assert browser.execute_script("return window.__sameDocument") == "yes"
 
     # the job view of the hostile record: its name and output shown as text
-    browser.get(monitor.url + f"#/x/{_exp_id(browser)}/job/x/{'e' * 16}")
+    browser.get(monitor.url + f"#/x/{exp}/job/x/{'e' * 16}")
     log = wait_for(lambda: "progress 100%" in (t := text(browser, "#log")) and t, 20, "no output")
     assert "<script>window.__xss=1</script>" in log
     assert "progress 10%" not in log and "\x1b" not in log  # \r redraws and colours cleaned
     head = text(browser, ".job-head h1")
     assert head.startswith("<script>")
     assert browser.execute_script("return window.__xss") is None
-
-    # the screenshots of docs/monitor.md
-    browser.set_window_size(1440, 900)
-    browser.get(monitor.url + "#/")
-    wait_for(lambda: browser.find_elements("css selector", ".exp"), 20, "no experiment")
-    screenshot(browser, "demo-experiments")
-    exp = _exp_id(browser)
-    browser.get(monitor.url + f"#/x/{exp}")
-    wait_for(lambda: len(rows(browser)) > 10, 20, "no rows")
-    screenshot(browser, "demo-jobs")
-    train = next(d for d in sorted((xp / "jobs" / "train").iterdir())
-                 if '"RUNNING"' in (d / "state.json").read_text())  # fmt: skip
-    browser.get(monitor.url + f"#/x/{exp}/job/train/{train.name}")
-    wait_for(lambda: "epoch" in text(browser, "#log"), 20, "no output")
-    time.sleep(0.3)
-    screenshot(browser, "demo-job")
-    browser.get(monitor.url + f"#/x/{exp}/timeline")
-    wait_for(lambda: browser.find_elements("css selector", "#wait-run"), 20, "no summary")
-    time.sleep(0.3)
-    screenshot(browser, "demo-timeline")
 
 
 def _exp_id(driver: Any, name: str = "lr-sweep") -> str:

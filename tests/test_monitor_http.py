@@ -3,6 +3,7 @@ the real server (uvicorn on a loopback port) over job directories written on dis
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -20,6 +21,13 @@ from launchers.jobs.state import JobState
 from monitor_fixtures import make_job, serving
 
 D1, D2, D3 = "1" * 16, "2" * 16, "3" * 16
+
+
+@functools.cache
+def http() -> httpx.Client:
+    """One client for every request: a new httpx client costs tenths of a second (its TLS
+    context), which added up to most of these tests' time. The monitor sets no cookie."""
+    return httpx.Client(timeout=10)
 
 
 @pytest.fixture
@@ -59,7 +67,7 @@ def monitor(xp: Path) -> Iterator[Any]:
 def get(m: Any, path: str, **kw: Any) -> httpx.Response:
     headers = kw.pop("headers", {})
     headers.setdefault("X-Launchers-Token", m.token)
-    return httpx.get(m.base + path, headers=headers, timeout=10, **kw)
+    return http().get(m.base + path, headers=headers, timeout=10, **kw)
 
 
 def exp_id(m: Any) -> str:
@@ -70,21 +78,25 @@ def exp_id(m: Any) -> str:
 
 
 def test_page_and_api(monitor: Any, xp: Path) -> None:
-    page = httpx.get(monitor.url, timeout=10)
+    page = http().get(monitor.url, timeout=10)
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert f'content="{monitor.token}"' in page.text
     assert "default-src 'none'" in page.headers["content-security-policy"]
     assert page.headers["x-frame-options"] == "DENY"
     assert page.headers["referrer-policy"] == "no-referrer"
     for asset in ("app.js", "style.css", "favicon.svg"):
-        r = httpx.get(f"{monitor.base}/static/{asset}?token={monitor.token}", timeout=10)
+        r = http().get(f"{monitor.base}/static/{asset}?token={monitor.token}", timeout=10)
         assert r.status_code == 200 and r.content, asset
     exps = get(monitor, "/api/experiments").json()
     assert exps["watch"].startswith("inotify") and exps["track"] is False
     (e,) = exps["experiments"]
     assert e["path"] == str(xp) and e["summary"]["total"] == 3
     assert e["summary"]["counts"] == {"RUNNING": 1, "COMPLETED": 1, "FAILED": 1}
-    jobs = get(monitor, f"/api/x/{e['id']}/jobs").json()
+    response = get(monitor, f"/api/x/{e['id']}/jobs")
+    assert response.headers["content-encoding"] == "gzip"  # httpx asks for it
+    jobs = response.json()
+    plain = get(monitor, f"/api/x/{e['id']}/jobs", headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.json()["table"] == jobs["table"]
     rows = [dict(zip(jobs["table"]["columns"], r, strict=True)) for r in jobs["table"]["rows"]]
     assert [r["key"] for r in rows] == [f"eval/{D3}", f"train/{D1}", f"train/{D2}"]
     assert rows[2]["partition"] == "gpu" and rows[2]["attempt"] == 2
@@ -141,7 +153,7 @@ def test_live_rows_and_followed_output(monitor: Any, xp: Path) -> None:
     e = exp_id(monitor)
     job = xp / "jobs" / "eval" / D3
     headers = {"X-Launchers-Token": monitor.token}
-    with httpx.stream("GET", f"{monitor.base}/api/events", headers=headers, timeout=10) as r:
+    with http().stream("GET", f"{monitor.base}/api/events", headers=headers, timeout=10) as r:
         events = Events(r)
         ((name, hello),) = events.next(1)
         assert name == "hello" and e in hello["versions"]
@@ -157,7 +169,7 @@ def test_live_rows_and_followed_output(monitor: Any, xp: Path) -> None:
     assert data["summary"]["counts"]["COMPLETED"] == 2
     assert took < 1.0  # inotify: no waiting for a sweep
     url = f"{monitor.base}/api/x/{e}/job/train/{D1}/follow"
-    with httpx.stream("GET", url, headers=headers, timeout=10) as r:
+    with http().stream("GET", url, headers=headers, timeout=10) as r:
         events = Events(r)
         first = events.next(2)
         assert sorted(d["file"] for _, d in first) == ["job.err", "job.out"]
@@ -181,7 +193,7 @@ def test_new_and_removed_jobs_and_the_stat_sweep(xp: Path) -> None:
         assert get(m, "/api/experiments").json()["watch"] == "stat sweep only"
         e = exp_id(m)
         headers = {"X-Launchers-Token": m.token}
-        with httpx.stream("GET", f"{m.base}/api/events", headers=headers, timeout=10) as r:
+        with http().stream("GET", f"{m.base}/api/events", headers=headers, timeout=10) as r:
             events = Events(r)
             events.next(1)
             make_job(xp, "sweep", "4" * 16, "PENDING", queue=None, run=None)
@@ -206,16 +218,16 @@ def test_every_request_needs_the_token(monitor: Any) -> None:
              f"/api/x/{e}/job/train/{D1}/file?name=job.out", "/nope"]  # fmt: skip
     for path in paths:
         for headers in ({}, {"X-Launchers-Token": "0" * 48}, {"X-Launchers-Token": ""}):
-            r = httpx.get(monitor.base + path, headers=headers, timeout=10)
+            r = http().get(monitor.base + path, headers=headers, timeout=10)
             assert r.status_code == 403, (path, headers)
             assert "epoch" not in r.text and "train" not in r.text
-    r = httpx.get(monitor.base + "/", timeout=10)
+    r = http().get(monitor.base + "/", timeout=10)
     assert "needs the token" in r.text
-    wrong = httpx.get(f"{monitor.base}/api/experiments?token={monitor.token[:-1]}x", timeout=10)
+    wrong = http().get(f"{monitor.base}/api/experiments?token={monitor.token[:-1]}x", timeout=10)
     assert wrong.status_code == 403
-    assert httpx.get(f"{monitor.base}/api/experiments?token={monitor.token}").status_code == 200
+    assert http().get(f"{monitor.base}/api/experiments?token={monitor.token}").status_code == 200
     auth = {"Authorization": f"token {monitor.token}"}
-    assert httpx.get(f"{monitor.base}/api/experiments", headers=auth).status_code == 200
+    assert http().get(f"{monitor.base}/api/experiments", headers=auth).status_code == 200
 
 
 def test_only_loopback_host_names(monitor: Any) -> None:
@@ -232,17 +244,17 @@ def test_state_changes_only_by_post_with_the_token_header(monitor: Any, xp: Path
     token = monitor.token
     assert get(monitor, f"/api/x/{e}/job/eval/{D3}/cancel").status_code == 405
     # what a cross-site form can send: the token in the URL or in the body, no custom header
-    assert httpx.post(f"{url}?token={token}").status_code == 403
-    assert httpx.post(url, data={"token": token}).status_code == 403
-    assert httpx.post(url, headers={"Authorization": f"token {token}"}).status_code == 403
+    assert http().post(f"{url}?token={token}").status_code == 403
+    assert http().post(url, data={"token": token}).status_code == 403
+    assert http().post(url, headers={"Authorization": f"token {token}"}).status_code == 403
     # the right header from another origin
-    r = httpx.post(url, headers={"X-Launchers-Token": token, "Origin": "http://evil.example"})
+    r = http().post(url, headers={"X-Launchers-Token": token, "Origin": "http://evil.example"})
     assert r.status_code == 403
-    assert httpx.post(f"{monitor.base}/api/x/{e}/cancel?token={token}").status_code == 403
+    assert http().post(f"{monitor.base}/api/x/{e}/cancel?token={token}").status_code == 403
     rec = read_record(xp / "jobs" / "eval" / D3)
     assert rec is not None and "cancel_requested" not in rec.extra  # nothing happened
     # a WebSocket handshake is refused before anything
-    ws = httpx.get(
+    ws = http().get(
         monitor.base + "/api/events",
         headers={"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
                  "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "X-Launchers-Token": token},
@@ -271,7 +283,7 @@ def test_paths_in_requests_stay_in_the_experiment(monitor: Any, xp: Path) -> Non
         f"/api/x/..%2F{e}/jobs",
     ]
     for path in attempts:
-        r = httpx.get(monitor.base + path, headers={"X-Launchers-Token": monitor.token})
+        r = http().get(monitor.base + path, headers={"X-Launchers-Token": monitor.token})
         assert r.status_code in (400, 404, 405), path
         assert "TOP SECRET" not in r.text and "[project]" not in r.text, path
     # raw, not normalised by the client: `..` segments sent as they are
@@ -329,7 +341,7 @@ def test_the_command_prints_the_url_and_stops_on_ctrl_c(xp: Path, tmp_path: Path
         assert url is not None, lines
         assert lines[0].startswith("launchers monitor: 1 experiment, 3 jobs read in")
         assert url.startswith("http://127.0.0.1:")
-        assert httpx.get(url, timeout=10).status_code == 200
+        assert http().get(url, timeout=10).status_code == 200
         proc.send_signal(2)
         assert proc.wait(20) == 0
     finally:
