@@ -42,6 +42,16 @@
   const css = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
   const stateColor = (s) => css("--st-" + s) || "#888";
 
+  // a path that may wrap after each "/" only (<wbr>), never inside a name
+  function pathNode(cls, path) {
+    const node = el("div", { class: cls });
+    String(path).split("/").forEach((part, i) => {
+      if (i) node.append("/", el("wbr"));
+      node.append(part);
+    });
+    return node;
+  }
+
   function chip(state) {
     return el("span", { class: "chip " + state, dataset: { st: state } }, state.replace(/_/g, " "));
   }
@@ -348,7 +358,7 @@
         list.append(el("section", { class: "panel exp" },
           el("div", null,
             el("a", { class: "title", href: href(["x", e.id]) }, e.name || e.path),
-            el("div", { class: "path" }, e.path),
+            pathNode("path", e.path),
             el("div", { class: "links" },
               el("a", { href: href(["x", e.id]) }, "Jobs"),
               el("a", { href: href(["x", e.id, "timeline"]) }, "Timeline"))),
@@ -730,7 +740,7 @@
       add("queue wait", ps.some((p) => p[0] === "pending") ? fmtDuration(live && row.started == null && row.submitted != null ? nowSec() - row.submitted : sum("pending")) : "–");
       add("run time", row.started != null ? fmtDuration(runTime(row)) : "–");
       if (rec.exit_code !== null || rec.signal !== null) add("exit", (rec.exit_code === null ? "–" : "code " + rec.exit_code) + (rec.signal ? ", signal " + rec.signal : ""));
-      add("directory", d.directory, "mono");
+      facts.append(el("dt", null, "directory"), el("dd", { class: "mono" }, pathNode("path", d.directory)));
       const bar = el("div", { class: "phasebar", title: "waiting · pending · running" });
       const t0 = ps.length ? ps[0][1] : 0;
       const t1 = ps.length ? Math.max(...ps.map((p) => p[2])) : 0;
