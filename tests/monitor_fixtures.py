@@ -146,10 +146,10 @@ def demo_experiment(
     xp: Path, n: int = 48, *, seed: int = 7, start: float = 6 * 3600, span: float = 5.2 * 3600
 ) -> list[Path]:
     """A plausible experiment of ``n`` jobs created over ``span`` seconds from ``start``
-    seconds ago (by default over the last six hours; fixed seed): training runs
-    on a GPU partition that queues long, evaluations on a CPU one that does not, a few failures,
-    a re-run, jobs still pending and running. For the page tests and the screenshots of
-    docs/monitor.md."""
+    seconds ago (by default over the last six hours; fixed seed), the last eighth in a burst
+    over the last ten minutes: training runs on a GPU partition that queues long, evaluations
+    on a CPU one that does not, a few failures, jobs still pending and running. For the page
+    tests and the screenshots of docs/monitor.md."""
     import random
 
     rnd = random.Random(seed)
@@ -165,6 +165,8 @@ def demo_experiment(
         name, group, part, mean_wait, mean_run = kinds[i % len(kinds)]
         digest = f"{rnd.getrandbits(64):016x}"
         t0 = now - start + i * (span / n)
+        if i >= n - n // 8:  # the last eighth: a burst submitted in the last ten minutes
+            t0 = now - 600 + (i - (n - n // 8)) * (540 / max(1, n // 8))
         queue = rnd.expovariate(1 / mean_wait)
         run: float | None = rnd.expovariate(1 / mean_run) + 30
         state = rnd.choices(["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"], [88, 6, 3, 3])[0]

@@ -9,6 +9,7 @@
   const STATES = ["WAITING", "SUBMITTING", "PENDING", "RUNNING", "SUSPENDED", "COMPLETED",
     "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
     "DEADLINE", "UNRUNNABLE", "LOST", "UNREADABLE"];
+  const NEVER_RAN = new Set(["WAITING", "SUBMITTING", "PENDING"]);
   const UNFINISHED = new Set(["WAITING", "SUBMITTING", "PENDING", "RUNNING", "SUSPENDED"]);
   const LOG_KEEP = 512 * 1024;
 
@@ -868,6 +869,8 @@
       try {
         const data = await api("api/x/" + encodeURIComponent(expId) + "/timeline");
         drawSummary(data.groups);
+        layout();
+        place();
       } catch (err) { put(summaryBox, el("p", { class: "muted" }, "summary unavailable: " + err.message)); }
     }
     function drawSummary(groups) {
@@ -917,7 +920,7 @@
       put(legend, el("span", null, el("i", { class: "wait" }), "waiting (local)"),
         el("span", null, el("i", { class: "pend", dataset: { st: "COMPLETED" } }), "pending (queue): the job's colour, striped"),
         el("span", null, "running, by final state:"),
-        ...STATES.filter((s) => states.has(s)).map((s) => el("span", { dataset: { st: s } }, el("i"), s.toLowerCase().replace(/_/g, " "))));
+        ...STATES.filter((s) => states.has(s) && !NEVER_RAN.has(s)).map((s) => el("span", { dataset: { st: s } }, el("i"), s.toLowerCase().replace(/_/g, " "))));
     }
     function setup(c, w, h) {
       const dpr = window.devicePixelRatio || 1;
@@ -1038,9 +1041,24 @@
     const onResize = () => { layout(); draw(); };
     window.addEventListener("resize", onResize);
     let summaryDue = 0;
+    // the chart opens on the jobs in flight (the first unfinished one near the top), until the
+    // user scrolls it; placed again once the summary above has taken its height
+    let autoTop = null;
+    function place() {
+      if (autoTop === false || !rows.length) return;
+      const i = rows.findIndex((x) => UNFINISHED.has(x.r.state));
+      draw();  // the canvas at the scroller's height first: the scroll range depends on it
+      scroll.scrollTop = i > 3 ? (i - 3) * rowH : 0;
+      autoTop = scroll.scrollTop;
+      draw();
+    }
+    scroll.addEventListener("scroll", () => {
+      if (autoTop !== null && autoTop !== false && Math.abs(scroll.scrollTop - autoTop) > 1) autoTop = false;
+    });
     function update() {
       bar.update();
       layout();
+      if (autoTop === null) place();
       draw();
       if (Date.now() >= summaryDue) { summaryDue = Date.now() + 2000; loadSummary(); }
       window.__monitorRendered = Date.now();
