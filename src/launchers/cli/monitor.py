@@ -75,6 +75,8 @@ def run_monitor(args: argparse.Namespace) -> int:
                 "pip install 'launchers[monitor]'"
             ) from None
         raise
+    experiments = find_experiments(args.workdirs, Path.cwd())
+    # the monitor's own messages on stderr (set once the arguments are known to be good)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("launchers monitor: %(message)s"))
     for name in ("launchers.monitor", "launchers.jobs"):
@@ -82,7 +84,6 @@ def run_monitor(args: argparse.Namespace) -> int:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO if name == "launchers.monitor" else logging.WARNING)
         logger.propagate = False
-    experiments = find_experiments(args.workdirs, Path.cwd())
     monitor = Monitor(
         experiments,
         host=args.host,
