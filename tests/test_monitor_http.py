@@ -357,3 +357,41 @@ def test_the_command_says_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFi
     assert err.strip().endswith("nope: no such directory") and "Traceback" not in err
     assert main(["monitor", "--port", "99999"]) == 2
     assert "--port 99999: not a port number" in capsys.readouterr().err
+
+
+# -- actions ------------------------------------------------------------------------------------
+
+
+def test_cancel_one_job_then_every_unfinished_job(
+    tmp_path: Path, leaves_nothing: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cancel buttons' requests, on real local jobs: one job, then the rest of the
+    experiment; each ends CANCELLED as with ``launchers cancel``."""
+    from launchers import DirectLauncher, ExperimentFailed, command, experiment
+
+    monkeypatch.setenv("LAUNCHERS_CONFIG", str(tmp_path / "none.yaml"))
+    where = tmp_path / "xp"
+    with (
+        pytest.raises(ExperimentFailed),
+        experiment(where, DirectLauncher(), progress=False),
+        serving(where) as m,
+    ):
+        jobs = [command(["sleep", "60"], name=f"nap{i}").submit() for i in range(2)]
+        deadline = time.monotonic() + 30
+        while not all(j.state is JobState.RUNNING for j in jobs):
+            assert time.monotonic() < deadline, [j.state for j in jobs]
+            time.sleep(0.05)
+        e = exp_id(m)
+        post = {"X-Launchers-Token": m.token, "Origin": m.base}
+        name, digest = jobs[0].directory.parts[-2:]
+        r = http().post(f"{m.base}/api/x/{e}/job/{name}/{digest}/cancel", headers=post)
+        assert r.status_code == 200 and r.json()["jobs"][0]["requested"] is True
+        assert jobs[0].wait(30) is JobState.CANCELLED
+        assert jobs[1].state is JobState.RUNNING
+        r = http().post(f"{m.base}/api/x/{e}/cancel", headers=post)
+        assert r.status_code == 200, r.text
+        assert jobs[1].task_id in {d["task_id"] for d in r.json()["jobs"] if d["requested"]}
+        for job in jobs:
+            assert job.wait(30) is JobState.CANCELLED
+        rec = read_record(jobs[1].directory)
+        assert rec is not None and rec.reason == "cancelled on request"
