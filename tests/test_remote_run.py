@@ -175,7 +175,12 @@ def _interrupt(server: FirecrestServer, tmp_path: Path, *extra: str) -> tuple[in
         proc.kill()
         pytest.fail(f"the run printed no output: {proc.communicate()[1].decode()}")
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=90)
+    try:
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:  # a failed test leaves no run behind on the machine
+            proc.kill()
+            proc.communicate()
     return proc.returncode, (line + out).decode(), err.decode()
 
 
