@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from launchers.config.keypath import join
 from launchers.config.located import LDict, load_located
 from launchers.config.model import (
     BatchOptions,
@@ -44,7 +45,7 @@ from launchers.config.model import (
     UnicoreSite,
     regex_gpu,
 )
-from launchers.config.reader import Loc, Reader, Sec, describe, did_you_mean, join
+from launchers.config.reader import Loc, Reader, Sec, describe, did_you_mean
 from launchers.errors import ConfigurationError
 
 CONFIG_NAME = "launchers.yaml"

@@ -33,6 +33,7 @@ import attrs
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from launchers.config.keypath import join
 from launchers.config.model import Position
 from launchers.errors import ConfigurationError
 
@@ -187,8 +188,6 @@ class _Duplicate(Exception):
 def _key_path(root: Node, target: Node) -> str | None:
     """The key path (``slurm[0].partitions.p.priority``) of the mapping key node ``target``,
     searched in document order (an anchored mapping is named where it is written)."""
-    from launchers.config.reader import join  # reader imports this module
-
     seen: set[int] = set()
     stack: list[tuple[Node, str]] = [(root, "")]
     while stack:

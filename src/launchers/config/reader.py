@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from launchers.config.keypath import join
 from launchers.config.keys import (
     ALIASES,
     FORBIDDEN,
@@ -35,7 +36,6 @@ from launchers.errors import ConfigurationError, LaunchersError
 from launchers.units import UnitError, parse_duration, parse_size
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_SPACE = re.compile(r"\s")
 
 
 class Bad:
@@ -69,14 +69,6 @@ def did_you_mean(word: str, choices: Any) -> str:
     """``"; did you mean 'x'?"`` when a choice is close to ``word``, else ``""``."""
     close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def join(path: str, key: Any) -> str:
-    """Key path of ``key`` below ``path`` (``slurm[0].partitions``); odd names are quoted."""
-    name = key if key.__class__ is str else str(key)
-    if not name.isidentifier() and (not name.isprintable() or _SPACE.search(name) or not name):
-        return f"{path}[{name!r}]"
-    return f"{path}.{name}" if path else name
 
 
 _NO_KEY = object()
@@ -450,7 +442,7 @@ class Reader:
                 kpos = _key_position(raw, k, loc)
                 self.problem(kpos, path, f"a name must be a string, found {describe(k)}")
                 continue
-            kpath = join(path, k)
+            kpath = join(path, str(k))
             kloc = Loc(raw.key_position(k) if located else loc.position, kpath)
             out.append((str(k), v, kloc, Loc(raw if located else loc.position, kpath, key=k)))
         return out
