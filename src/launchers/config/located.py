@@ -27,6 +27,7 @@ raise ``ConfigurationError`` carrying ``file``, ``line`` and ``column``. Aliases
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -145,6 +146,15 @@ def position_of(value: Any, file: str | None = None) -> Position:
     """The position of a located container, else ``Position(file)``."""
     pos = getattr(value, "position", None)
     return pos if isinstance(pos, Position) else Position(file=file)
+
+
+def plain(value: Any) -> Any:
+    """Located data as plain dicts and lists (what a value keeps of a YAML mapping)."""
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
 
 
 def locate(pos: Position, key: str) -> Position:
@@ -440,4 +450,4 @@ def load_located(
             loader.dispose()
 
 
-__all__ = ["DuplicateKey", "LDict", "LList", "load_located", "locate", "position_of"]
+__all__ = ["DuplicateKey", "LDict", "LList", "load_located", "locate", "plain", "position_of"]

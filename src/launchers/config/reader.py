@@ -8,10 +8,8 @@ first one, so ``launchers validate`` lists them all. Pure: works on values from
 from __future__ import annotations
 
 import difflib
-import importlib
 import math
 import re
-from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
@@ -23,9 +21,7 @@ from launchers.config.keys import (
     ALIASES,
     FORBIDDEN,
     KINDS,
-    OWNED_SBATCH_OPTIONS,
     REGEX_GROUPS,
-    SBATCH_OPTIONS,
     SECTIONS,
     XPM_CLASSES,
     Key,
@@ -33,6 +29,7 @@ from launchers.config.keys import (
 from launchers.config.located import LDict, LList
 from launchers.config.model import Position
 from launchers.errors import ConfigurationError, LaunchersError
+from launchers.slurm.sbatch_options import check_sbatch_options
 from launchers.units import UnitError, parse_duration, parse_size
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -490,42 +487,18 @@ class Reader:
     def _v_sbatch(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
         if not self._mapping(raw, path, loc, "{long-option: value}"):
             return BAD
-        check = _sbatch_checker()
         out: list[tuple[str, str | bool]] = []
         for name, value, kloc, vloc in self._named_items(raw, path, loc):
             kp = vloc.path
             if isinstance(value, str) and any(c in value for c in "\n\r\0"):
                 self.problem(vloc, kp, "a value cannot contain a newline, carriage return or NUL")
                 continue
-            if check is not None:  # the Slurm runtime's own rules, so load and submit agree
-                try:
-                    out.extend(check([(name, value)], where=kp))
-                except LaunchersError as e:
-                    msg = str(e)
-                    msg = msg[len(kp) + 2 :] if msg.startswith(kp + ": ") else msg
-                    self.problem(vloc if isinstance(value, (dict, list)) else kloc, kp, msg)
-                continue
-            if name.startswith("-"):
-                self.problem(
-                    kloc, kp, f"write the long option name without dashes: {name.lstrip('-')}"
-                )
-            elif name in OWNED_SBATCH_OPTIONS:
-                self.problem(
-                    kloc, kp, f"--{name} is written by the launcher itself and cannot be set"
-                )
-            elif name not in SBATCH_OPTIONS:
-                guess = did_you_mean(name.replace("_", "-"), sorted(SBATCH_OPTIONS))
-                self.problem(kloc, kp, f"unknown sbatch option {name!r}{guess}")
-            elif value is True:
-                out.append((name, True))
-            elif value is False or value is None:
-                continue
-            elif isinstance(value, (str, int, float)):
-                out.append((name, str(value)))
-            else:
-                self.problem(
-                    vloc, kp, f"expected a string, a number or true, found {describe(value)}"
-                )
+            try:  # the Slurm runtime's own rules, so load and submit agree
+                out.extend(check_sbatch_options([(name, value)], where=kp))
+            except LaunchersError as e:
+                msg = str(e)
+                msg = msg[len(kp) + 2 :] if msg.startswith(kp + ": ") else msg
+                self.problem(vloc if isinstance(value, (dict, list)) else kloc, kp, msg)
         return tuple(out)
 
     def _v_slots(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
@@ -577,18 +550,6 @@ def _key_position(container: Any, key: Any, loc: Loc) -> Position:
 
 _NULL_OK = frozenset({"map", "list", "any"})  # a null section means "not set"
 _METHODS = {kind: f"_v_{kind}" for kind in KINDS}
-
-
-def _sbatch_checker() -> Callable[..., Any] | None:
-    """``launchers.slurm.sbatch_options.check_sbatch_options`` when that module exists."""
-    try:
-        module = importlib.import_module("launchers.slurm.sbatch_options")
-    except ModuleNotFoundError as e:
-        if e.name in ("launchers.slurm.sbatch_options", "launchers.slurm"):
-            return None
-        raise
-    func = getattr(module, "check_sbatch_options", None)
-    return func if callable(func) else None
 
 
 def _is_zero(raw: object) -> bool:

@@ -17,7 +17,7 @@ from typing import Any, Union
 import attrs
 import yaml
 
-from ..config.located import load_located
+from ..config.located import load_located, plain
 from ..config.model import FirecrestGroup, FirecrestSite, Position, UnicoreGroup, UnicoreSite
 from ..errors import ConfigurationError
 from ..slurm.options import SlurmOptions
@@ -289,7 +289,7 @@ def load_backend_config(
         exclude = _exclude(data["Exclude"], data, probs)
     probs.raise_if_any()
     env_data = (
-        _plain(data.get("Environment")) if isinstance(data.get("Environment"), Mapping) else None
+        plain(data.get("Environment")) if isinstance(data.get("Environment"), Mapping) else None
     )
     cfg = BackendConfig(
         p,
@@ -454,14 +454,6 @@ def _exclude(value: Any, data: Any, probs: Problems) -> ExcludeRules:
         except PatternError as e:
             probs.add(pos, key_path("Exclude", i), e.reason)
     return ExcludeRules(tuple(patterns))
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
 
 
 def to_launcher(cfg: BackendConfig) -> Any:
