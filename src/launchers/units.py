@@ -90,11 +90,14 @@ class NotAQuantity(UnitError):
 
 
 class NoUnit(UnitError):
-    """A bare number; ``number`` as written."""
+    """A bare number; ``number`` as written, ``part`` its index in a duration of several parts."""
 
-    def __init__(self, message: str, *, what: str, value: object, number: str) -> None:
+    def __init__(
+        self, message: str, *, what: str, value: object, number: str, part: int = 0
+    ) -> None:
         super().__init__(message, what=what, value=value)
         self.number = number
+        self.part = part
 
 
 class UnknownUnit(UnitError):
@@ -144,12 +147,13 @@ class _Kind:
         self.units = units
         self.example, self.examples = examples.split(" | ")
 
-    def without_unit(self, shown: str, number: str, value: object) -> NoUnit:
+    def without_unit(self, shown: str, number: str, value: object, part: int = 0) -> NoUnit:
         if self.what == "size":
             advice = f"write a size such as {number}G (binary, as in Slurm)"
         else:
             advice = f"a duration needs a unit ({number}s, {number}m, {number}h...)"
-        return NoUnit(f"{shown} has no unit; {advice}", what=self.what, value=value, number=number)
+        message = f"{shown} has no unit; {advice}"
+        return NoUnit(message, what=self.what, value=value, number=number, part=part)
 
     def unknown(self, unit: str, value: object, part: int = 0) -> UnknownUnit:
         return UnknownUnit(
@@ -162,7 +166,7 @@ class _Kind:
 
     def factor(self, number: str, unit: str | None, value: object, part: int = 0) -> int:
         if not unit:
-            raise self.without_unit(repr(number), number, value)
+            raise self.without_unit(repr(number), number, value, part)
         factor = self.table.get(unit.lower())
         if factor is None:
             raise self.unknown(unit, value, part)
