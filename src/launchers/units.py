@@ -264,13 +264,14 @@ def mib_ceil(nbytes: int) -> int:
     return -(-nbytes // MIB)
 
 
-def slurm_time(seconds: int) -> str:
-    """``[D-]HH:MM:SS`` for sbatch ``--time``, rounded up to whole minutes (Slurm's unit)."""
+def slurm_time(seconds: int, *, days: bool = False) -> str:
+    """``[D-]HH:MM:SS`` for sbatch ``--time``, rounded up to whole minutes (Slurm's unit);
+    ``days``: always with the day (``0-01:30:00``), as the remote sites' job scripts write it."""
     minutes = -(-int(seconds) // 60)
-    days, rest = divmod(minutes, 1440)
+    day, rest = divmod(minutes, 1440)
     hours, mins = divmod(rest, 60)
-    if days:
-        return f"{days}-{hours:02d}:{mins:02d}:00"
+    if day or days:
+        return f"{day}-{hours:02d}:{mins:02d}:00"
     return f"{hours:02d}:{mins:02d}:00"
 
 

@@ -30,7 +30,7 @@ from launchers.config.located import LDict, LList
 from launchers.config.model import Position
 from launchers.errors import ConfigurationError, LaunchersError
 from launchers.slurm.sbatch_options import check_sbatch_options
-from launchers.units import UnitError, parse_duration, parse_size
+from launchers.units import Negative, UnitError, parse_duration, parse_seconds, parse_size
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -333,15 +333,16 @@ class Reader:
 
     def _v_seconds(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
         """A timing setting: a duration with a unit, or a bare number of seconds."""
-        if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+        if isinstance(raw, str):
+            return self._v_duration(spec, raw, path, loc)
+        try:
+            return math.ceil(parse_seconds(raw))
+        except Negative:
+            return self.problem(loc, path, f"{raw} is negative; write a duration such as 30s")
+        except UnitError:  # not a number
             return self.problem(
                 loc, path, f"expected a duration such as 30s, found {describe(raw)}"
             )
-        if isinstance(raw, (int, float)):
-            if raw < 0:
-                return self.problem(loc, path, f"{raw} is negative; write a duration such as 30s")
-            return math.ceil(raw)
-        return self._v_duration(spec, raw, path, loc)
 
     def _v_ratio(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
         bad = f"expected a number between 0 and 1, found {describe(raw)}"
