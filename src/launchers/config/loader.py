@@ -44,7 +44,8 @@ from launchers.config.model import (
     UnicoreSite,
     regex_gpu,
 )
-from launchers.config.reader import Loc, Reader, Sec, describe, did_you_mean
+from launchers.config.problems import Loc, describe, did_you_mean
+from launchers.config.reader import Reader, Sec
 from launchers.errors import ConfigurationError
 from launchers.remote.environment import validate_environment
 
@@ -801,9 +802,9 @@ class _Builder:
             )
             return None
         try:
-            validate_environment(raw, pos.file or self.r.file, path, site_kind=kind)
-        except ConfigurationError as e:
-            self.r.problems.append(e)
+            validate_environment(
+                raw, pos.file or self.r.file, path, site_kind=kind, problems=self.r.problems
+            )
         except Exception as e:  # a validator bug must not hide the file's other problems
             self.r.problem(pos, path, f"cannot check environment: {type(e).__name__}: {e}")
         return plain(raw)

@@ -7,7 +7,6 @@ first one, so ``launchers validate`` lists them all. Pure: works on values from
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from fractions import Fraction
@@ -28,7 +27,8 @@ from launchers.config.keys import (
 )
 from launchers.config.located import LDict, LList
 from launchers.config.model import Position
-from launchers.errors import ConfigurationError, LaunchersError
+from launchers.config.problems import Loc, Problems, describe, did_you_mean
+from launchers.errors import LaunchersError
 from launchers.slurm.sbatch_options import check_sbatch_options
 from launchers.units import Negative, UnitError, parse_duration, parse_seconds, parse_size
 
@@ -40,67 +40,6 @@ class Bad:
 
 
 BAD = Bad()
-
-
-def describe(value: Any) -> str:
-    """A short description of a YAML value's type, for messages."""
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return f"a boolean ({'true' if value else 'false'})"
-    if isinstance(value, int):
-        return f"an integer ({value})"
-    if isinstance(value, float):
-        return f"a number ({value})"
-    if isinstance(value, str):
-        short = value if len(value) <= 40 else value[:37] + "..."
-        return f"a string ({short!r})"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return f"a {type(value).__name__}"
-
-
-def did_you_mean(word: str, choices: Any) -> str:
-    """``"; did you mean 'x'?"`` when a choice is close to ``word``, else ``""``."""
-    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-_NO_KEY = object()
-
-
-class Loc:
-    """Where a value was read, turned into a ``Position`` only when needed (cheap to make)."""
-
-    __slots__ = ("index", "key", "path", "src")
-
-    def __init__(self, src: Any, path: str, key: Any = _NO_KEY, index: int | None = None) -> None:
-        self.src = src
-        self.path = path
-        self.key = key
-        self.index = index
-
-    @property
-    def position(self) -> Position:
-        src = self.src
-        if isinstance(src, Position):
-            pos = src
-        elif self.key is not _NO_KEY and isinstance(src, LDict):
-            mark = src._values.get(self.key)
-            if mark is not None:  # fast path: one Position, straight from the parser's mark
-                return Position(src._file, mark.line + 1, mark.column + 1, self.path)
-            pos = src.value_position(self.key)
-        elif self.index is not None and isinstance(src, LList):
-            if 0 <= self.index < len(src._items):
-                mark = src._items[self.index]
-                return Position(src._file, mark.line + 1, mark.column + 1, self.path)
-            pos = src.item_position(self.index)
-        else:
-            p = getattr(src, "position", None)
-            pos = p if isinstance(p, Position) else Position()
-        return Position(file=pos.file, line=pos.line, column=pos.column, key=self.path)
 
 
 class Sec:
@@ -173,42 +112,21 @@ class Reader:
 
     def __init__(self, file: str | None) -> None:
         self.file = file
-        self.problems: list[ConfigurationError] = []
+        self.problems = Problems(file)
         #: what experimaestro 1.5.7 did with the value being converted, added to its problems
         self.note = ""
 
     # -- problems -------------------------------------------------------------------------
     def problem(self, where: Loc | Position, key: str, message: str) -> Bad:
-        pos = where.position if isinstance(where, Loc) else where
+        """Record a problem (with what experimaestro did, while a note is set); ``BAD``."""
         if self.note:
             message = f"{message} ({self.note})"
-        self.problems.append(
-            ConfigurationError(
-                message,
-                file=pos.file if pos.file is not None else self.file,
-                line=pos.line,
-                column=pos.column,
-                key=key or None,
-            )
-        )
+        self.problems.add(where, key, message)
         return BAD
 
     def raise_if_any(self) -> None:
         """Raise one ``ConfigurationError`` listing every problem, in file order."""
-        if not self.problems:
-            return
-        errs = sorted(self.problems, key=lambda e: (str(e.file or ""), e.line or 0, e.column or 0))
-        if len(errs) == 1:
-            raise errs[0]
-        first = errs[0]
-        raise ConfigurationError(
-            first.reason,
-            file=first.file,
-            line=first.line,
-            column=first.column,
-            key=first.key,
-            problems=[str(e) for e in errs],
-        )
+        self.problems.raise_if_any()
 
     # -- sections -------------------------------------------------------------------------
     def section(self, value: Any, name: str, path: str, loc: Loc) -> Sec | Bad:

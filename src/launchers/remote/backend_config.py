@@ -19,10 +19,18 @@ import yaml
 
 from ..config.located import load_located, plain
 from ..config.model import FirecrestGroup, FirecrestSite, Position, UnicoreGroup, UnicoreSite
+from ..config.problems import (
+    Problems,
+    key_path,
+    key_pos,
+    suggest,
+    type_name,
+    unknown_key,
+    value_pos,
+)
 from ..errors import ConfigurationError
 from ..slurm.options import SlurmOptions
 from ..units import mib_ceil, slurm_time
-from .checks import Problems, key_path, key_pos, suggest, type_name, value_pos
 from .environment import Environment, check_login_commands, validate_environment
 from .exclude import ExcludeRules, PatternError, compile_pattern
 from .firecrest import FirecrestLauncher
@@ -217,8 +225,8 @@ def load_backend_config(
             probs.add(
                 key_pos(data, key),
                 str(key),
-                f"unknown key{suggest(str(key), TOP_KEYS)}; known keys: "
-                f"{', '.join(TOP_KEYS)}{_MANTIK_IGNORES.get(str(key), _MANTIK_IGNORED)}"
+                unknown_key(key, TOP_KEYS)
+                + _MANTIK_IGNORES.get(str(key), _MANTIK_IGNORED)
                 + (
                     "; without a site Mantik refuses the file"
                     if near_site and not any(k in data for k in SITE_KEYS)
@@ -335,7 +343,7 @@ def _firecrest(value: Any, data: Any, probs: Problems) -> FirecrestSite | None:
             probs.add(
                 key_pos(value, key),
                 key_path("Firecrest", str(key)),
-                f"unknown key{suggest(str(key), FIRECREST_KEYS)}; known keys: {', '.join(FIRECREST_KEYS)}",
+                unknown_key(key, FIRECREST_KEYS),
             )
             ok = False
     for key in FIRECREST_KEYS:
@@ -381,9 +389,8 @@ def _ssh(value: Any, data: Any, probs: Problems) -> SSHSite | None:
             probs.add(
                 key_pos(value, key),
                 key_path("SSH", str(key)),
-                f"unknown key{suggest(str(key), SSH_KEYS)}; known keys: {', '.join(SSH_KEYS)} (Mantik 0.5 "
-                "ignores other keys; the user name and key come from MANTIK_SSH_USERNAME and "
-                "MANTIK_SSH_PRIVATE_KEY)",
+                unknown_key(key, SSH_KEYS) + " (Mantik 0.5 ignores other keys; the user name and "
+                "key come from MANTIK_SSH_USERNAME and MANTIK_SSH_PRIVATE_KEY)",
             )
             ok = False
     host = value.get("Hostname")

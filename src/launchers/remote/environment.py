@@ -16,8 +16,17 @@ from typing import Any
 import attrs
 
 from ..config.model import Position
+from ..config.problems import (
+    Problems,
+    item_pos,
+    key_path,
+    key_pos,
+    suggest,
+    type_name,
+    unknown_key,
+    value_pos,
+)
 from ..errors import ConfigurationError
-from .checks import Problems, item_pos, key_path, key_pos, suggest, type_name, value_pos
 
 ENVIRONMENT_KEYS = (
     "Apptainer",
@@ -162,7 +171,7 @@ def _apptainer(value: Any, container: Any, prefix: str, problems: Problems) -> A
             problems.add(
                 key_pos(value, k),
                 key_path(path, str(k)),
-                f"unknown key{suggest(str(k), APPTAINER_KEYS)}; known keys: {', '.join(APPTAINER_KEYS)}",
+                unknown_key(k, APPTAINER_KEYS),
             )
             ok = False
     image = value.get("Path")
@@ -335,7 +344,7 @@ def validate_environment(
             probs.add(
                 key_pos(located_value, key),
                 kp,
-                f"unknown key{suggest(str(key), ENVIRONMENT_KEYS)}; known keys: {', '.join(ENVIRONMENT_KEYS)}",
+                unknown_key(key, ENVIRONMENT_KEYS),
             )
         elif key == "Apptainer":
             env["apptainer"] = _apptainer(value, located_value, key_prefix, probs)

@@ -12,6 +12,14 @@ from typing import Any
 
 import attrs
 
+from ..config.problems import (
+    Problems,
+    key_path,
+    key_pos,
+    type_name,
+    unknown_key,
+    value_pos,
+)
 from ..errors import ConfigurationError
 from ..units import (
     NoUnit,
@@ -24,7 +32,6 @@ from ..units import (
     parse_slurm_time,
     slurm_time,
 )
-from .checks import Problems, key_path, key_pos, suggest, type_name, value_pos
 
 RESOURCE_KEYS = (
     "Queue",
@@ -172,7 +179,7 @@ def validate_resources(
             probs.add(
                 key_pos(v, key),
                 kp,
-                f"unknown key{suggest(str(key), RESOURCE_KEYS)}; known keys: {', '.join(RESOURCE_KEYS)}",
+                unknown_key(key, RESOURCE_KEYS),
             )
         elif key in _STRINGS:
             if isinstance(value, str) and value.strip():
