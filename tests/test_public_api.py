@@ -1,5 +1,5 @@
-"""The names of the package root: each name imports, and mypy sees each as what it is
-(tests/typing/public_api.py)."""
+"""The names of the package root (docs/api.md): ``__all__`` is the documented list, each name
+imports, and mypy sees each as what it is (tests/typing/public_api.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,18 @@ import launchers
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 INIT = SRC / "launchers" / "__init__.py"
+
+
+def _documented() -> list[str]:
+    """The first column of the table of docs/api.md."""
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    return re.findall(r"^\| `(\w+)` \|", text, flags=re.MULTILINE)
+
+
+def test_all_is_the_documented_list() -> None:
+    documented = _documented()
+    assert len(documented) == len(set(documented))
+    assert sorted(launchers.__all__) == sorted(documented)
 
 
 @pytest.mark.parametrize("name", sorted(launchers.__all__))

@@ -1,6 +1,6 @@
 """launchers: decide where a compute job should run, then run it there.
 
-The public names are importable from the package root. Those not needed by
+The public names (docs/api.md) are importable from the package root. Those not needed by
 ``import launchers`` itself load on first use, so that the import stays cheap; type checkers
 read them from the ``TYPE_CHECKING`` imports below, so they see each name as what it is.
 """

@@ -1,4 +1,4 @@
-"""What a type checker sees of the public API: mypy checks this file
+"""What a type checker sees of the public API (docs/api.md): mypy checks this file
 (tests/test_public_api.py); it is never run. Each ``assert_type`` fails the check when a name
 is seen as ``Any`` or as something else than what it is."""
 
