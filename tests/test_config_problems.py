@@ -21,6 +21,7 @@ from launchers.config.problems import (
     suggest,
     type_name,
     unknown_key,
+    unknown_keys,
 )
 from launchers.errors import ConfigurationError
 from launchers.remote.backend_config import load_backend_config
@@ -124,3 +125,14 @@ def test_positions_of_located_and_plain_data() -> None:
     data = load_located("a: 1\nb:\n  c: 2\n", "f.yaml")
     assert key_pos(data["b"], "c") == Position("f.yaml", 3, 3)
     assert key_pos({"c": 2}, "c") is None
+
+
+def test_unknown_keys_are_reported_at_the_key() -> None:
+    data = load_located("SSH:\n  Hostname: h\n  user: x\n  Prt: 1\n", "b.yaml")
+    probs = Problems("b.yaml")
+    assert unknown_keys(data["SSH"], ("Hostname", "Port"), "SSH", probs, note=" (note)") is False
+    assert probs.lines == [
+        "b.yaml:3:3: SSH.user: unknown key; known keys: Hostname, Port (note)",
+        "b.yaml:4:3: SSH.Prt: unknown key (did you mean 'Port'?); known keys: Hostname, Port (note)",
+    ]
+    assert unknown_keys({"Port": 1}, ("Hostname", "Port"), "SSH", probs) is True

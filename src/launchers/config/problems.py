@@ -28,22 +28,23 @@ from launchers.errors import ConfigurationError
 # -- what a value is ---------------------------------------------------------------------------
 
 
+#: YAML's types by their names in messages (bool before int: a boolean is an int in Python)
+_TYPE_NAMES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (type(None), "null"),
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a number"),
+    (str, "a string"),
+    (Mapping, "a mapping"),
+    (list, "a list"),
+)
+
+
 def type_name(value: Any) -> str:
     """A YAML-ish name of ``value``'s type (``a string``, ``null``), for the remote files."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
+    for kind, name in _TYPE_NAMES:
+        if isinstance(value, kind):
+            return name
     return type(value).__name__
 
 
@@ -155,6 +156,22 @@ def item_pos(seq: Any, index: int) -> Position | None:
     return f(index) if f is not None else getattr(seq, "position", None)
 
 
+def unknown_keys(
+    mapping: Any, known: Iterable[str], prefix: str, problems: Problems, *, note: str = ""
+) -> bool:
+    """An ``unknown_key`` problem (``note`` appended) for each key of ``mapping`` that is not in
+    ``known``, at the key (the remote files); True when every key is known."""
+    known = tuple(known)
+    ok = True
+    for key in mapping:
+        if key not in known:
+            problems.add(
+                key_pos(mapping, key), key_path(prefix, str(key)), unknown_key(key, known) + note
+            )
+            ok = False
+    return ok
+
+
 # -- the collector ---------------------------------------------------------------------------
 
 
@@ -216,5 +233,6 @@ __all__ = [
     "suggest",
     "type_name",
     "unknown_key",
+    "unknown_keys",
     "value_pos",
 ]

@@ -26,6 +26,7 @@ from ..config.problems import (
     suggest,
     type_name,
     unknown_key,
+    unknown_keys,
     value_pos,
 )
 from ..errors import ConfigurationError
@@ -337,15 +338,7 @@ def _firecrest(value: Any, data: Any, probs: Problems) -> FirecrestSite | None:
             f"expected a mapping with ApiUrl, TokenUrl, Machine, not {type_name(value)}",
         )
         return None
-    ok = True
-    for key in value:
-        if key not in FIRECREST_KEYS:
-            probs.add(
-                key_pos(value, key),
-                key_path("Firecrest", str(key)),
-                unknown_key(key, FIRECREST_KEYS),
-            )
-            ok = False
+    ok = unknown_keys(value, FIRECREST_KEYS, "Firecrest", probs)
     for key in FIRECREST_KEYS:
         if key not in value:
             probs.add(
@@ -383,16 +376,14 @@ def _ssh(value: Any, data: Any, probs: Problems) -> SSHSite | None:
             "; Mantik refuses it too",
         )
         return None
-    ok = True
-    for key in value:
-        if key not in SSH_KEYS:
-            probs.add(
-                key_pos(value, key),
-                key_path("SSH", str(key)),
-                unknown_key(key, SSH_KEYS) + " (Mantik 0.5 ignores other keys; the user name and "
-                "key come from MANTIK_SSH_USERNAME and MANTIK_SSH_PRIVATE_KEY)",
-            )
-            ok = False
+    ok = unknown_keys(
+        value,
+        SSH_KEYS,
+        "SSH",
+        probs,
+        note=" (Mantik 0.5 ignores other keys; the user name and key come from "
+        "MANTIK_SSH_USERNAME and MANTIK_SSH_PRIVATE_KEY)",
+    )
     host = value.get("Hostname")
     if "Hostname" not in value:
         probs.add(

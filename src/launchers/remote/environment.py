@@ -24,6 +24,7 @@ from ..config.problems import (
     suggest,
     type_name,
     unknown_key,
+    unknown_keys,
     value_pos,
 )
 from ..errors import ConfigurationError
@@ -165,15 +166,7 @@ def _apptainer(value: Any, container: Any, prefix: str, problems: Problems) -> A
             f"expected a mapping with Path (and Type, Options), not {type_name(value)}",
         )
         return None
-    ok = True
-    for k in value:
-        if k not in APPTAINER_KEYS:
-            problems.add(
-                key_pos(value, k),
-                key_path(path, str(k)),
-                unknown_key(k, APPTAINER_KEYS),
-            )
-            ok = False
+    ok = unknown_keys(value, APPTAINER_KEYS, path, problems)
     image = value.get("Path")
     if "Path" not in value:
         problems.add(value_pos(container, "Apptainer"), path, "Path (the image) is required")
