@@ -1,13 +1,14 @@
 """launchers: decide where a compute job should run, then run it there.
 
-Public names (finder.md §6, slurm-runtime.md §1) are importable from the package root; they
-are loaded lazily so that ``import launchers`` stays cheap.
+The public names (docs/api.md) are importable from the package root. Those not needed by
+``import launchers`` itself load on first use, so that the import stays cheap; type checkers
+read them from the ``TYPE_CHECKING`` imports below, so they see each name as what it is.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__ as __version__
 from .errors import (
@@ -24,6 +25,22 @@ from .errors import (
     TaskError,
 )
 from .language.values import cpu, cuda_gpu, duration, gpu, mps
+
+if TYPE_CHECKING:  # the names of _LAZY, for type checkers (at run time: __getattr__)
+    from .batch.launcher import BatchLauncher as BatchLauncher
+    from .config.loader import load_config as load_config
+    from .finder.search import find_launcher as find_launcher
+    from .jobs.experiment import experiment as experiment
+    from .jobs.job import Job as Job
+    from .jobs.state import JobState as JobState
+    from .jobs.task import Task as Task
+    from .jobs.task import command as command
+    from .jobs.task import task as task
+    from .language.parser import parse as parse
+    from .local.launcher import DirectLauncher as DirectLauncher
+    from .remote.firecrest import FirecrestLauncher as FirecrestLauncher
+    from .remote.unicore import UnicoreLauncher as UnicoreLauncher
+    from .slurm.launcher import SlurmLauncher as SlurmLauncher
 
 _LAZY = {
     "parse": "launchers.language.parser",

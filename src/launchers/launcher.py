@@ -15,7 +15,7 @@ import attrs
 
 from .errors import ConfigurationError
 from .hooks import services
-from .units import UnitError, parse_duration
+from .units import Negative, UnitError, parse_seconds
 
 if TYPE_CHECKING:
     from .batch.executor import BatchExecutor
@@ -40,19 +40,18 @@ class Launcher:
 
 
 def _to_seconds(name: str, value: Any) -> float:
-    """A duration option in seconds: a number of seconds or a duration string."""
+    """A duration option in seconds: a number of seconds (kept as given) or a duration string."""
     if isinstance(value, bool) or value is None:
         raise ConfigurationError(f"batch option {name}: {value!r} is not a duration", key=name)
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        try:
-            seconds = float(parse_duration(str(value)))
-        except UnitError as e:
-            raise ConfigurationError(f"batch option {name}: {e}", key=name) from None
-    if seconds < 0:
-        raise ConfigurationError(f"batch option {name}: must not be negative ({value!r})", key=name)
-    return seconds
+    try:
+        seconds = parse_seconds(value if isinstance(value, (int, float)) else str(value))
+    except Negative:
+        raise ConfigurationError(
+            f"batch option {name}: must not be negative ({value!r})", key=name
+        ) from None
+    except UnitError as e:
+        raise ConfigurationError(f"batch option {name}: {e}", key=name) from None
+    return float(seconds)
 
 
 def _linger(value: Any) -> float:

@@ -16,13 +16,13 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import Any
 
 import attrs
 
-from launchers.config.located import LDict, load_located
+from launchers.config.keypath import join
+from launchers.config.located import LDict, load_located, plain
 from launchers.config.model import (
     BatchOptions,
     CPUConfig,
@@ -44,8 +44,10 @@ from launchers.config.model import (
     UnicoreSite,
     regex_gpu,
 )
-from launchers.config.reader import Loc, Reader, Sec, describe, did_you_mean, join
+from launchers.config.problems import Loc, describe, did_you_mean
+from launchers.config.reader import Reader, Sec
 from launchers.errors import ConfigurationError
+from launchers.remote.environment import validate_environment
 
 CONFIG_NAME = "launchers.yaml"
 CONNECTORS_NAME = "connectors.yaml"
@@ -407,29 +409,6 @@ def _top_position(doc: Any, file: str) -> Position:
     if isinstance(doc, LDict) and doc.position.line is not None:
         return doc.position
     return Position(file=file, line=1, column=1)
-
-
-def _plain(value: Any) -> Any:
-    """Located data as plain dicts and lists."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _environment_validator() -> Callable[..., Any] | None:
-    """``launchers.remote.environment.validate_environment`` when that module exists."""
-    try:
-        from importlib import import_module
-
-        module = import_module("launchers.remote.environment")
-    except ModuleNotFoundError as e:
-        if e.name in ("launchers.remote.environment", "launchers.remote"):
-            return None
-        raise
-    func = getattr(module, "validate_environment", None)
-    return func if callable(func) else None
 
 
 class _Builder:
@@ -822,15 +801,13 @@ class _Builder:
                 f"expected a mapping (the Environment of a Compute Backend Config), found {describe(raw)}",
             )
             return None
-        validate = _environment_validator()
-        if validate is not None:
-            try:
-                validate(raw, pos.file or self.r.file, path, site_kind=kind)
-            except ConfigurationError as e:
-                self.r.problems.append(e)
-            except Exception as e:  # a validator bug must not hide the file's other problems
-                self.r.problem(pos, path, f"cannot check environment: {type(e).__name__}: {e}")
-        return _plain(raw)
+        try:
+            validate_environment(
+                raw, pos.file or self.r.file, path, site_kind=kind, problems=self.r.problems
+            )
+        except Exception as e:  # a validator bug must not hide the file's other problems
+            self.r.problem(pos, path, f"cannot check environment: {type(e).__name__}: {e}")
+        return plain(raw)
 
 
 def summary(config: LaunchersConfig) -> str:

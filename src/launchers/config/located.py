@@ -27,12 +27,14 @@ raise ``ConfigurationError`` carrying ``file``, ``line`` and ``column``. Aliases
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from launchers.config.keypath import join
 from launchers.config.model import Position
 from launchers.errors import ConfigurationError
 
@@ -146,6 +148,15 @@ def position_of(value: Any, file: str | None = None) -> Position:
     return pos if isinstance(pos, Position) else Position(file=file)
 
 
+def plain(value: Any) -> Any:
+    """Located data as plain dicts and lists (what a value keeps of a YAML mapping)."""
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
 def locate(pos: Position, key: str) -> Position:
     """``pos`` with its key path set to ``key``."""
     return attrs.evolve(pos, key=key)
@@ -187,8 +198,6 @@ class _Duplicate(Exception):
 def _key_path(root: Node, target: Node) -> str | None:
     """The key path (``slurm[0].partitions.p.priority``) of the mapping key node ``target``,
     searched in document order (an anchored mapping is named where it is written)."""
-    from launchers.config.reader import join  # reader imports this module
-
     seen: set[int] = set()
     stack: list[tuple[Node, str]] = [(root, "")]
     while stack:
@@ -441,4 +450,4 @@ def load_located(
             loader.dispose()
 
 
-__all__ = ["DuplicateKey", "LDict", "LList", "load_located", "locate", "position_of"]
+__all__ = ["DuplicateKey", "LDict", "LList", "load_located", "locate", "plain", "position_of"]

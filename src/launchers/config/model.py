@@ -14,6 +14,8 @@ from typing import Any, Union
 
 import attrs
 
+from launchers.units import parse_size
+
 
 @attrs.frozen
 class Position:
@@ -59,8 +61,6 @@ def regex_gpu(found: Mapping[str, str | None]) -> GPUConfig:
     ``cuda_count`` a whole number, ``cuda_memory`` a size with its unit. A group that did not
     take part in the match sets nothing. ``ValueError`` (with the reason) for a captured text
     that is not such a value; the loader reports it at load, with the feature's position."""
-    from launchers.units import parse_size
-
     count = found.get("cuda_count")
     memory = found.get("cuda_memory")
     gpu_count: int | None = None

@@ -7,35 +7,32 @@ first one, so ``launchers validate`` lists them all. Pure: works on values from
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import math
 import re
-from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
 import attrs
 
+from launchers.config.keypath import join
 from launchers.config.keys import (
     ALIASES,
     FORBIDDEN,
     KINDS,
-    OWNED_SBATCH_OPTIONS,
     REGEX_GROUPS,
-    SBATCH_OPTIONS,
     SECTIONS,
     XPM_CLASSES,
     Key,
 )
 from launchers.config.located import LDict, LList
 from launchers.config.model import Position
-from launchers.errors import ConfigurationError, LaunchersError
-from launchers.units import UnitError, parse_duration, parse_size
+from launchers.config.problems import Loc, Problems, describe, did_you_mean
+from launchers.errors import LaunchersError
+from launchers.slurm.sbatch_options import check_sbatch_options
+from launchers.units import Negative, UnitError, parse_duration, parse_seconds, parse_size
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_SPACE = re.compile(r"\s")
 
 
 class Bad:
@@ -43,75 +40,6 @@ class Bad:
 
 
 BAD = Bad()
-
-
-def describe(value: Any) -> str:
-    """A short description of a YAML value's type, for messages."""
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return f"a boolean ({'true' if value else 'false'})"
-    if isinstance(value, int):
-        return f"an integer ({value})"
-    if isinstance(value, float):
-        return f"a number ({value})"
-    if isinstance(value, str):
-        short = value if len(value) <= 40 else value[:37] + "..."
-        return f"a string ({short!r})"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return f"a {type(value).__name__}"
-
-
-def did_you_mean(word: str, choices: Any) -> str:
-    """``"; did you mean 'x'?"`` when a choice is close to ``word``, else ``""``."""
-    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def join(path: str, key: Any) -> str:
-    """Key path of ``key`` below ``path`` (``slurm[0].partitions``); odd names are quoted."""
-    name = key if key.__class__ is str else str(key)
-    if not name.isidentifier() and (not name.isprintable() or _SPACE.search(name) or not name):
-        return f"{path}[{name!r}]"
-    return f"{path}.{name}" if path else name
-
-
-_NO_KEY = object()
-
-
-class Loc:
-    """Where a value was read, turned into a ``Position`` only when needed (cheap to make)."""
-
-    __slots__ = ("index", "key", "path", "src")
-
-    def __init__(self, src: Any, path: str, key: Any = _NO_KEY, index: int | None = None) -> None:
-        self.src = src
-        self.path = path
-        self.key = key
-        self.index = index
-
-    @property
-    def position(self) -> Position:
-        src = self.src
-        if isinstance(src, Position):
-            pos = src
-        elif self.key is not _NO_KEY and isinstance(src, LDict):
-            mark = src._values.get(self.key)
-            if mark is not None:  # fast path: one Position, straight from the parser's mark
-                return Position(src._file, mark.line + 1, mark.column + 1, self.path)
-            pos = src.value_position(self.key)
-        elif self.index is not None and isinstance(src, LList):
-            if 0 <= self.index < len(src._items):
-                mark = src._items[self.index]
-                return Position(src._file, mark.line + 1, mark.column + 1, self.path)
-            pos = src.item_position(self.index)
-        else:
-            p = getattr(src, "position", None)
-            pos = p if isinstance(p, Position) else Position()
-        return Position(file=pos.file, line=pos.line, column=pos.column, key=self.path)
 
 
 class Sec:
@@ -184,42 +112,21 @@ class Reader:
 
     def __init__(self, file: str | None) -> None:
         self.file = file
-        self.problems: list[ConfigurationError] = []
+        self.problems = Problems(file)
         #: what experimaestro 1.5.7 did with the value being converted, added to its problems
         self.note = ""
 
     # -- problems -------------------------------------------------------------------------
     def problem(self, where: Loc | Position, key: str, message: str) -> Bad:
-        pos = where.position if isinstance(where, Loc) else where
+        """Record a problem (with what experimaestro did, while a note is set); ``BAD``."""
         if self.note:
             message = f"{message} ({self.note})"
-        self.problems.append(
-            ConfigurationError(
-                message,
-                file=pos.file if pos.file is not None else self.file,
-                line=pos.line,
-                column=pos.column,
-                key=key or None,
-            )
-        )
+        self.problems.add(where, key, message)
         return BAD
 
     def raise_if_any(self) -> None:
         """Raise one ``ConfigurationError`` listing every problem, in file order."""
-        if not self.problems:
-            return
-        errs = sorted(self.problems, key=lambda e: (str(e.file or ""), e.line or 0, e.column or 0))
-        if len(errs) == 1:
-            raise errs[0]
-        first = errs[0]
-        raise ConfigurationError(
-            first.reason,
-            file=first.file,
-            line=first.line,
-            column=first.column,
-            key=first.key,
-            problems=[str(e) for e in errs],
-        )
+        self.problems.raise_if_any()
 
     # -- sections -------------------------------------------------------------------------
     def section(self, value: Any, name: str, path: str, loc: Loc) -> Sec | Bad:
@@ -344,15 +251,16 @@ class Reader:
 
     def _v_seconds(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
         """A timing setting: a duration with a unit, or a bare number of seconds."""
-        if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+        if isinstance(raw, str):
+            return self._v_duration(spec, raw, path, loc)
+        try:
+            return math.ceil(parse_seconds(raw))
+        except Negative:
+            return self.problem(loc, path, f"{raw} is negative; write a duration such as 30s")
+        except UnitError:  # not a number
             return self.problem(
                 loc, path, f"expected a duration such as 30s, found {describe(raw)}"
             )
-        if isinstance(raw, (int, float)):
-            if raw < 0:
-                return self.problem(loc, path, f"{raw} is negative; write a duration such as 30s")
-            return math.ceil(raw)
-        return self._v_duration(spec, raw, path, loc)
 
     def _v_ratio(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
         bad = f"expected a number between 0 and 1, found {describe(raw)}"
@@ -450,7 +358,7 @@ class Reader:
                 kpos = _key_position(raw, k, loc)
                 self.problem(kpos, path, f"a name must be a string, found {describe(k)}")
                 continue
-            kpath = join(path, k)
+            kpath = join(path, str(k))
             kloc = Loc(raw.key_position(k) if located else loc.position, kpath)
             out.append((str(k), v, kloc, Loc(raw if located else loc.position, kpath, key=k)))
         return out
@@ -498,42 +406,18 @@ class Reader:
     def _v_sbatch(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
         if not self._mapping(raw, path, loc, "{long-option: value}"):
             return BAD
-        check = _sbatch_checker()
         out: list[tuple[str, str | bool]] = []
         for name, value, kloc, vloc in self._named_items(raw, path, loc):
             kp = vloc.path
             if isinstance(value, str) and any(c in value for c in "\n\r\0"):
                 self.problem(vloc, kp, "a value cannot contain a newline, carriage return or NUL")
                 continue
-            if check is not None:  # the Slurm runtime's own rules, so load and submit agree
-                try:
-                    out.extend(check([(name, value)], where=kp))
-                except LaunchersError as e:
-                    msg = str(e)
-                    msg = msg[len(kp) + 2 :] if msg.startswith(kp + ": ") else msg
-                    self.problem(vloc if isinstance(value, (dict, list)) else kloc, kp, msg)
-                continue
-            if name.startswith("-"):
-                self.problem(
-                    kloc, kp, f"write the long option name without dashes: {name.lstrip('-')}"
-                )
-            elif name in OWNED_SBATCH_OPTIONS:
-                self.problem(
-                    kloc, kp, f"--{name} is written by the launcher itself and cannot be set"
-                )
-            elif name not in SBATCH_OPTIONS:
-                guess = did_you_mean(name.replace("_", "-"), sorted(SBATCH_OPTIONS))
-                self.problem(kloc, kp, f"unknown sbatch option {name!r}{guess}")
-            elif value is True:
-                out.append((name, True))
-            elif value is False or value is None:
-                continue
-            elif isinstance(value, (str, int, float)):
-                out.append((name, str(value)))
-            else:
-                self.problem(
-                    vloc, kp, f"expected a string, a number or true, found {describe(value)}"
-                )
+            try:  # the Slurm runtime's own rules, so load and submit agree
+                out.extend(check_sbatch_options([(name, value)], where=kp))
+            except LaunchersError as e:
+                msg = str(e)
+                msg = msg[len(kp) + 2 :] if msg.startswith(kp + ": ") else msg
+                self.problem(vloc if isinstance(value, (dict, list)) else kloc, kp, msg)
         return tuple(out)
 
     def _v_slots(self, spec: Key, raw: Any, path: str, loc: Loc) -> Any:
@@ -585,18 +469,6 @@ def _key_position(container: Any, key: Any, loc: Loc) -> Position:
 
 _NULL_OK = frozenset({"map", "list", "any"})  # a null section means "not set"
 _METHODS = {kind: f"_v_{kind}" for kind in KINDS}
-
-
-def _sbatch_checker() -> Callable[..., Any] | None:
-    """``launchers.slurm.sbatch_options.check_sbatch_options`` when that module exists."""
-    try:
-        module = importlib.import_module("launchers.slurm.sbatch_options")
-    except ModuleNotFoundError as e:
-        if e.name in ("launchers.slurm.sbatch_options", "launchers.slurm"):
-            return None
-        raise
-    func = getattr(module, "check_sbatch_options", None)
-    return func if callable(func) else None
 
 
 def _is_zero(raw: object) -> bool:

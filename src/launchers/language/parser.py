@@ -9,9 +9,7 @@ column and what was expected.
 
 from __future__ import annotations
 
-import math
 import re
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,7 +18,18 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from ..errors import RequirementSyntaxError
-from ..units import DURATION_UNITS, SIZE_UNITS
+from ..units import (
+    DURATION_UNITS_LIST,
+    SIZE_UNITS,
+    SIZE_UNITS_LIST,
+    NoUnit,
+    UnitError,
+    UnitOrder,
+    UnknownUnit,
+    duration_of,
+    quantity,
+    size_from,
+)
 from .values import (
     REPEAT_NEEDS_GPUS,
     CPURequest,
@@ -48,8 +57,8 @@ _SIZE_EXAMPLE = "a size such as 24G"
 _DURATION_EXAMPLE = "a duration such as 4h"
 _AT_MOST_GPUS = (f"at most {MAX_GPUS} GPUs in one alternative",)
 _CORES_EXAMPLE = "a whole number of cores such as 4"
-_SIZE_UNIT = "a size unit: B, K, M, G, T, KiB, MiB, GiB, TiB, KB, MB, GB or TB"
-_DURATION_UNIT = "a duration unit: s, m, h, d or w (or sec, min, hour, day, week)"
+_SIZE_UNIT = f"a size unit: {SIZE_UNITS_LIST}"
+_DURATION_UNIT = f"a duration unit: {DURATION_UNITS_LIST}"
 
 
 class _Fail(Exception):
@@ -76,10 +85,6 @@ def _word_fail(key: str, parts: list[Any], what: str, expected: str) -> None:
         raise _Fail(f"{key}= needs {what}", parts[0].token, (expected,))
 
 
-def _number(tok: Token) -> Fraction:
-    return Fraction(str(tok))
-
-
 def _size(key: Token, parts: list[Any]) -> int:
     """Bytes from the (number, unit) tokens of ``mem=...``: exactly one number with a unit."""
     _word_fail(str(key), parts, "a size: a number and a unit, such as 24G", _SIZE_EXAMPLE)
@@ -87,56 +92,45 @@ def _size(key: Token, parts: list[Any]) -> int:
         raise _Fail("a size is one number and one unit, such as 24G or 1.5GiB", parts[2],
                     ("',' or ')' after the unit",))  # fmt: skip
     number, unit = parts
-    if unit is None:
+    try:
+        return size_from(str(number), None if unit is None else str(unit))
+    except NoUnit:
         raise _Fail(
             f"{key}={number}: a size needs a unit; write {number}G (binary, as in Slurm), "
             f"{number}M or {number}GB",
             number,
             (_SIZE_EXAMPLE,),
-        )
-    factor = SIZE_UNITS.get(unit.lower())
-    if factor is None:
-        raise _Fail(
-            f"unknown size unit {str(unit)!r}; use B, K/M/G/T (binary, as in Slurm), "
-            "KiB/MiB/GiB/TiB or KB/MB/GB/TB (decimal)",
-            unit,
-            (_SIZE_UNIT,),
-        )
-    return math.ceil(_number(number) * factor)
+        ) from None
+    except UnitError as e:  # an unknown unit
+        raise _Fail(str(e), unit, (_SIZE_UNIT,)) from None
 
 
 def _duration(parts: list[Any]) -> int:
     """Seconds from ``4 days`` or ``1h30m`` (parts in decreasing units, each with a unit)."""
     _word_fail("duration", parts, "a duration: a number and a unit, such as 4h", _DURATION_EXAMPLE)
-    total = Fraction(0)
-    previous = 0
-    for i in range(0, len(parts), 2):
-        number, unit = parts[i], parts[i + 1]
-        if unit is None:
-            raise _Fail(
-                f"duration={number}: a duration needs a unit ({number}s, {number}m, {number}h, "
-                f"{number}d or {number}w)",
-                number,
-                (_DURATION_EXAMPLE,),
-            )
-        factor = DURATION_UNITS.get(unit.lower())
-        if factor is None:
-            raise _Fail(
-                f"unknown duration unit {str(unit)!r}; use s/sec/second(s), m/min/minute(s), "
-                "h/hour(s), d/day(s) or w/week(s)",
-                unit,
-                (_DURATION_UNIT,),
-            )
-        if previous and factor >= previous:
-            raise _Fail(
-                "in a duration of several parts (such as 1h30m), each unit must be smaller than "
-                "the one before",
-                unit,
-                ("a unit smaller than the one before",),
-            )
-        previous = factor
-        total += _number(number) * factor
-    return math.ceil(total)
+    pairs = [
+        (str(parts[i]), None if parts[i + 1] is None else str(parts[i + 1]))
+        for i in range(0, len(parts), 2)
+    ]
+    try:
+        return duration_of(pairs)
+    except NoUnit as e:
+        number = parts[2 * e.part]
+        raise _Fail(
+            f"duration={number}: a duration needs a unit ({number}s, {number}m, {number}h, "
+            f"{number}d or {number}w)",
+            number,
+            (_DURATION_EXAMPLE,),
+        ) from None
+    except UnknownUnit as e:
+        raise _Fail(str(e), parts[2 * e.part + 1], (_DURATION_UNIT,)) from None
+    except UnitOrder as e:
+        raise _Fail(
+            "in a duration of several parts (such as 1h30m), each unit must be smaller than "
+            "the one before",
+            parts[2 * e.part + 1],
+            ("a unit smaller than the one before",),
+        ) from None
 
 
 _gpus_only = gpus_only  # the rule Python's ``*`` applies too (values.py)
@@ -303,17 +297,11 @@ _FAST_ATOM = re.compile(
 _FAST_PART = re.compile(rf"({_NUM})\s*([A-Za-z_]+)")
 
 
-def _amount(number: str, factor: int) -> int | Fraction:
-    return Fraction(number) * factor if "." in number else int(number) * factor
-
-
 def _fast_value(fn: str, key: str, number: str, unit: str | None) -> int | None:
     """Bytes of ``mem=``, or the count of ``cores=``; None if not clean (let the LALR parser say)."""
     if key == "mem":
         factor = SIZE_UNITS.get(unit.lower()) if unit else None
-        if factor is None:
-            return None
-        return int(number) * factor if "." not in number else math.ceil(Fraction(number) * factor)
+        return None if factor is None else quantity(number, factor)
     if fn != "cpu" or unit or "." in number:
         return None
     n = int(number)
@@ -335,15 +323,10 @@ def _fast_parse(text: str) -> RequirementUnion | None:
             return None
         dur, fn, k1, n1, u1, k2, n2, u2, n, sep = m.groups()
         if dur is not None:
-            total: int | Fraction = 0
-            previous = 0
-            for number, unit in _FAST_PART.findall(dur):
-                factor = DURATION_UNITS.get(unit.lower())
-                if factor is None or (previous and factor >= previous):
-                    return None
-                previous = factor
-                total += _amount(number, factor)
-            seconds = math.ceil(total)
+            try:
+                seconds = duration_of(_FAST_PART.findall(dur))
+            except UnitError:
+                return None
             if seconds > duration:
                 duration = seconds
         else:

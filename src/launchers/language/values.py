@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import attrs
 
 from ..errors import RequirementSyntaxError
-from ..units import UnitError, format_duration, parse_duration, parse_size
+from ..units import Negative, UnitError, format_duration, parse_seconds, parse_size, size_text
 
 
 @attrs.frozen
@@ -25,7 +25,7 @@ class CPURequest:
     def __str__(self) -> str:
         args = []
         if self.memory:
-            args.append(f"mem={_size_text(self.memory)}")
+            args.append(f"mem={size_text(self.memory)}")
         if self.cores != 1:
             args.append(f"cores={self.cores}")
         return f"cpu({', '.join(args)})"
@@ -52,24 +52,7 @@ class GPURequest:
         return KIND_BITS[self.kind]
 
     def __str__(self) -> str:
-        return f"{self.kind}(mem={_size_text(self.memory)})" if self.memory else f"{self.kind}()"
-
-
-def _size_text(nbytes: int) -> str:
-    """Shortest size text that parses back to exactly ``nbytes`` (``24GiB``, ``1.3GiB``, ``12345B``)."""
-    for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if nbytes >= factor:
-            for digits in range(4):
-                scale = 10**digits
-                whole = nbytes * scale // factor  # the decimal d = whole / scale <= nbytes / factor
-                if whole * factor > (nbytes - 1) * scale:  # ceil(d * factor) == nbytes
-                    text = f"{whole // scale}.{whole % scale:0{digits}d}" if digits else str(whole)
-                    return text + unit
-            break
-    for unit, factor in (("TB", 1000**4), ("GB", 1000**3), ("MB", 1000**2), ("KB", 1000)):
-        if nbytes >= factor and nbytes % factor == 0:
-            return f"{nbytes // factor}{unit}"
-    return f"{nbytes}B"
+        return f"{self.kind}(mem={size_text(self.memory)})" if self.memory else f"{self.kind}()"
 
 
 class Items(tuple):
@@ -300,15 +283,13 @@ def duration(spec: str | int | float) -> HostRequirement:
     """A duration: a string such as ``"4 days"`` or a number of seconds."""
     if isinstance(spec, bool):
         raise RequirementSyntaxError("duration: not a duration", str(spec), 1, 1)
-    if isinstance(spec, (int, float)):
-        if spec < 0:
-            raise RequirementSyntaxError("duration: cannot be negative", str(spec), 1, 1)
-
-        return HostRequirement(duration=math.ceil(spec))
     try:
-        return HostRequirement(duration=parse_duration(spec))
+        seconds = parse_seconds(spec)
+    except Negative:
+        raise RequirementSyntaxError("duration: cannot be negative", str(spec), 1, 1) from None
     except UnitError as e:
         raise RequirementSyntaxError(f"duration: {e}", str(spec), 1, 1) from None
+    return HostRequirement(duration=math.ceil(seconds))
 
 
 def as_union(req: Requirement) -> RequirementUnion:

@@ -17,12 +17,21 @@ from typing import Any, Union
 import attrs
 import yaml
 
-from ..config.located import load_located
+from ..config.located import load_located, plain
 from ..config.model import FirecrestGroup, FirecrestSite, Position, UnicoreGroup, UnicoreSite
+from ..config.problems import (
+    Problems,
+    key_path,
+    key_pos,
+    suggest,
+    type_name,
+    unknown_key,
+    unknown_keys,
+    value_pos,
+)
 from ..errors import ConfigurationError
 from ..slurm.options import SlurmOptions
 from ..units import mib_ceil, slurm_time
-from .checks import Problems, key_path, key_pos, suggest, type_name, value_pos
 from .environment import Environment, check_login_commands, validate_environment
 from .exclude import ExcludeRules, PatternError, compile_pattern
 from .firecrest import FirecrestLauncher
@@ -217,8 +226,8 @@ def load_backend_config(
             probs.add(
                 key_pos(data, key),
                 str(key),
-                f"unknown key{suggest(str(key), TOP_KEYS)}; known keys: "
-                f"{', '.join(TOP_KEYS)}{_MANTIK_IGNORES.get(str(key), _MANTIK_IGNORED)}"
+                unknown_key(key, TOP_KEYS)
+                + _MANTIK_IGNORES.get(str(key), _MANTIK_IGNORED)
                 + (
                     "; without a site Mantik refuses the file"
                     if near_site and not any(k in data for k in SITE_KEYS)
@@ -289,7 +298,7 @@ def load_backend_config(
         exclude = _exclude(data["Exclude"], data, probs)
     probs.raise_if_any()
     env_data = (
-        _plain(data.get("Environment")) if isinstance(data.get("Environment"), Mapping) else None
+        plain(data.get("Environment")) if isinstance(data.get("Environment"), Mapping) else None
     )
     cfg = BackendConfig(
         p,
@@ -329,15 +338,7 @@ def _firecrest(value: Any, data: Any, probs: Problems) -> FirecrestSite | None:
             f"expected a mapping with ApiUrl, TokenUrl, Machine, not {type_name(value)}",
         )
         return None
-    ok = True
-    for key in value:
-        if key not in FIRECREST_KEYS:
-            probs.add(
-                key_pos(value, key),
-                key_path("Firecrest", str(key)),
-                f"unknown key{suggest(str(key), FIRECREST_KEYS)}; known keys: {', '.join(FIRECREST_KEYS)}",
-            )
-            ok = False
+    ok = unknown_keys(value, FIRECREST_KEYS, "Firecrest", probs)
     for key in FIRECREST_KEYS:
         if key not in value:
             probs.add(
@@ -375,17 +376,14 @@ def _ssh(value: Any, data: Any, probs: Problems) -> SSHSite | None:
             "; Mantik refuses it too",
         )
         return None
-    ok = True
-    for key in value:
-        if key not in SSH_KEYS:
-            probs.add(
-                key_pos(value, key),
-                key_path("SSH", str(key)),
-                f"unknown key{suggest(str(key), SSH_KEYS)}; known keys: {', '.join(SSH_KEYS)} (Mantik 0.5 "
-                "ignores other keys; the user name and key come from MANTIK_SSH_USERNAME and "
-                "MANTIK_SSH_PRIVATE_KEY)",
-            )
-            ok = False
+    ok = unknown_keys(
+        value,
+        SSH_KEYS,
+        "SSH",
+        probs,
+        note=" (Mantik 0.5 ignores other keys; the user name and key come from "
+        "MANTIK_SSH_USERNAME and MANTIK_SSH_PRIVATE_KEY)",
+    )
     host = value.get("Hostname")
     if "Hostname" not in value:
         probs.add(
@@ -454,14 +452,6 @@ def _exclude(value: Any, data: Any, probs: Problems) -> ExcludeRules:
         except PatternError as e:
             probs.add(pos, key_path("Exclude", i), e.reason)
     return ExcludeRules(tuple(patterns))
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
 
 
 def to_launcher(cfg: BackendConfig) -> Any:

@@ -16,8 +16,18 @@ from typing import Any
 import attrs
 
 from ..config.model import Position
+from ..config.problems import (
+    Problems,
+    item_pos,
+    key_path,
+    key_pos,
+    suggest,
+    type_name,
+    unknown_key,
+    unknown_keys,
+    value_pos,
+)
 from ..errors import ConfigurationError
-from .checks import Problems, item_pos, key_path, key_pos, suggest, type_name, value_pos
 
 ENVIRONMENT_KEYS = (
     "Apptainer",
@@ -156,15 +166,7 @@ def _apptainer(value: Any, container: Any, prefix: str, problems: Problems) -> A
             f"expected a mapping with Path (and Type, Options), not {type_name(value)}",
         )
         return None
-    ok = True
-    for k in value:
-        if k not in APPTAINER_KEYS:
-            problems.add(
-                key_pos(value, k),
-                key_path(path, str(k)),
-                f"unknown key{suggest(str(k), APPTAINER_KEYS)}; known keys: {', '.join(APPTAINER_KEYS)}",
-            )
-            ok = False
+    ok = unknown_keys(value, APPTAINER_KEYS, path, problems)
     image = value.get("Path")
     if "Path" not in value:
         problems.add(value_pos(container, "Apptainer"), path, "Path (the image) is required")
@@ -335,7 +337,7 @@ def validate_environment(
             probs.add(
                 key_pos(located_value, key),
                 kp,
-                f"unknown key{suggest(str(key), ENVIRONMENT_KEYS)}; known keys: {', '.join(ENVIRONMENT_KEYS)}",
+                unknown_key(key, ENVIRONMENT_KEYS),
             )
         elif key == "Apptainer":
             env["apptainer"] = _apptainer(value, located_value, key_prefix, probs)

@@ -23,8 +23,8 @@ from typing import Any
 import attrs
 
 from ..config.located import DuplicateKey, load_located
+from ..config.problems import Problems, key_path, key_pos, suggest, type_name, value_pos
 from ..errors import ConfigurationError, LaunchersError
-from .checks import Problems, key_path, key_pos, suggest, type_name, value_pos
 
 #: the file's name, in any case (MLflow compares ``name.lower()``)
 FILE_NAME = "mlproject"

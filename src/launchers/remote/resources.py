@@ -12,9 +12,26 @@ from typing import Any
 
 import attrs
 
+from ..config.problems import (
+    Problems,
+    key_path,
+    key_pos,
+    type_name,
+    unknown_key,
+    value_pos,
+)
 from ..errors import ConfigurationError
-from ..units import UnitError, mib_ceil, parse_duration, parse_size, parse_slurm_time
-from .checks import Problems, key_path, key_pos, suggest, type_name, value_pos
+from ..units import (
+    NoUnit,
+    SeveralUnits,
+    UnitError,
+    duration_text,
+    mib_ceil,
+    parse_seconds,
+    parse_size,
+    parse_slurm_time,
+    slurm_time,
+)
 
 RESOURCE_KEYS = (
     "Queue",
@@ -31,8 +48,6 @@ RESOURCE_KEYS = (
 )
 _INT_MIN = {"Nodes": 1, "TotalCPUs": 1, "CPUsPerNode": 1, "GPUsPerNode": 0}
 _STRINGS = ("Queue", "Reservation", "NodeConstraints", "QoS")
-_MULTI_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?\s*[A-Za-z]+\s*){2,}$")
-_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([A-Za-z]+)")
 
 
 @attrs.frozen
@@ -82,7 +97,7 @@ class Resources:
         if self.queue is not None:
             out.append(("partition", self.queue))
         if self.runtime is not None:
-            out.append(("time", day_time(self.runtime)))
+            out.append(("time", slurm_time(self.runtime, days=True)))
         if self.nodes is not None:
             out.append(("nodes", str(self.nodes)))
         if self.total_cpus is not None:
@@ -110,41 +125,28 @@ class Resources:
         return out
 
 
-def day_time(seconds: int) -> str:
-    """``D-HH:MM:SS`` for sbatch ``--time``, rounded up to whole minutes (Slurm's unit)."""
-    minutes = -(-int(seconds) // 60)
-    days, rest = divmod(minutes, 1440)
-    hours, mins = divmod(rest, 60)
-    return f"{days}-{hours:02d}:{mins:02d}:00"
-
-
 def parse_runtime(value: Any) -> int:
-    """Seconds of a ``Runtime``: Mantik's ``<integer><unit>`` or any finder duration."""
+    """Seconds of a ``Runtime``: Mantik's ``<integer><unit>`` or any finder duration, in one
+    unit (a bare number is ambiguous here, and a sum of units is refused with its one-unit
+    form)."""
     if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
         raise UnitError(f"expected a duration such as 2h or 90m, not {type_name(value)}")
-    if isinstance(value, (int, float)):
-        raise UnitError(
-            f"a duration needs a unit ({value}s, {value}m…); {value} alone is ambiguous"
+    try:
+        seconds = parse_seconds(
+            value.strip() if isinstance(value, str) else value, bare="error", several=False
         )
-    if _MULTI_UNIT.match(value):
-        total = 0
-        for number, unit in _PART.findall(value):
-            total += parse_duration(f"{number}{unit}")
-        raise UnitError(f"{value!r} has several units; write one, such as {_one_unit(total)}")
-    text = value.strip()
-    if re.fullmatch(r"\d+(?:\.\d+)?", text):
-        raise UnitError(f"a duration needs a unit ({text}s, {text}m…); {text!r} alone is ambiguous")
-    seconds = parse_duration(text)
+    except NoUnit as e:
+        alone = repr(value.strip()) if isinstance(value, str) else value
+        raise UnitError(
+            f"a duration needs a unit ({e.number}s, {e.number}m…); {alone} alone is ambiguous"
+        ) from None
+    except SeveralUnits as e:
+        raise UnitError(
+            f"{value!r} has several units; write one, such as {duration_text(e.seconds)}"
+        ) from None
     if seconds <= 0:
         raise UnitError(f"{value!r} is not a positive duration")
-    return seconds
-
-
-def _one_unit(seconds: int) -> str:
-    for unit, factor in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % factor == 0:
-            return f"{seconds // factor}{unit}"
-    return f"{seconds}s"
+    return int(seconds)
 
 
 def validate_resources(
@@ -177,7 +179,7 @@ def validate_resources(
             probs.add(
                 key_pos(v, key),
                 kp,
-                f"unknown key{suggest(str(key), RESOURCE_KEYS)}; known keys: {', '.join(RESOURCE_KEYS)}",
+                unknown_key(key, RESOURCE_KEYS),
             )
         elif key in _STRINGS:
             if isinstance(value, str) and value.strip():

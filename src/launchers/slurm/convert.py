@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import yaml
 
+from ..units import duration_text  # the largest whole unit (1h, 7d, 90m): files show it
 from .scontrol import (
     Access,
     ScontrolFormatError,
@@ -110,14 +111,6 @@ class _Dumper(yaml.CSafeDumper if hasattr(yaml, "CSafeDumper") else yaml.SafeDum
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
-
-
-def duration_text(seconds: int) -> str:
-    """A duration as the largest whole unit the file format reads (``1h``, ``7d``, ``90m``)."""
-    for unit, factor in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds and seconds % factor == 0:
-            return f"{seconds // factor}{unit}"
-    return f"{seconds}s"
 
 
 def _shown(names: Sequence[str], limit: int = 10) -> str:
