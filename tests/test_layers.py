@@ -29,12 +29,16 @@ RUNTIME_AND_KINDS = (
     "launchers.slurm.query",
     "launchers.local.executor",
     "launchers.local.tokens",
-    "launchers.remote.http",
+    "launchers.remote.retry",
+    "launchers.remote.storage",
     "launchers.remote.outputs",
+    "launchers.remote.site_executor",
     "launchers.remote.unicore_executor",
     "launchers.remote.firecrest_executor",
+    "launchers.remote.firecrest_staging",
     "launchers.remote.firecrest_v1",
     "launchers.remote.firecrest_kind",
+    "launchers.remote.ssh_kind",
     "launchers.remote.ssh_executor",
     "launchers.batch.executor",
     "launchers.batch.queue",
@@ -194,3 +198,28 @@ def test_importing_the_package_stays_cheap() -> None:
         "launchers.units",
     }
     assert not loaded & {"yaml", "lark", "asyncssh", "pyunicore", "firecrest", "httpx", "requests"}
+
+
+#: Modules of pure decisions (the "decisions are pure" contract of pyproject.toml names the
+#: packages they may not import; the standard library is checked here).
+DECISIONS = ("jobs/update.py", "remote/decide.py")
+#: What a decision never uses: processes, the event loop, threads, the clock, files, sockets.
+IMPURE_MODULES = {"subprocess", "asyncio", "threading", "time", "os", "shutil", "socket", "fcntl"}
+
+
+def test_decisions_run_nothing() -> None:
+    """A decision imports no module that runs or waits, reads no clock and opens no file."""
+    found = []
+    for rel in DECISIONS:
+        tree = ast.parse((SRC / rel).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [str(node.module).split(".")[0]]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open":
+                names = ["open()"]
+            else:
+                continue
+            found += [f"{rel}:{node.lineno} {n}" for n in names if n in IMPURE_MODULES | {"open()"}]
+    assert found == []

@@ -27,8 +27,7 @@ from ..runtime.loop import blocking
 from ..slurm.executor import SlurmExecutor
 from ..slurm.script import ScriptSpec
 from .environment import Environment, validate_environment
-from .http import attached_payload
-from .outputs import RemoteOutputs
+from .outputs import RemoteOutputs, attached_payload
 from .script import JobScriptSpec, render_job_script
 from .ssh_site import (
     PROJECT_SUBDIR,
