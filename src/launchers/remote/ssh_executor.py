@@ -29,14 +29,8 @@ from ..slurm.script import ScriptSpec
 from .environment import Environment, validate_environment
 from .outputs import RemoteOutputs, attached_payload
 from .script import JobScriptSpec, render_job_script
-from .ssh_site import (
-    PROJECT_SUBDIR,
-    SSHSite,
-    SSHSiteGroup,
-    SSHSiteLauncher,
-    check_credentials,
-    connector_config,
-)
+from .ssh_kind import check_credentials, connector_config
+from .ssh_site import PROJECT_SUBDIR, SSHSite, SSHSiteGroup, SSHSiteLauncher
 
 if TYPE_CHECKING:
     from ..jobs.record import StateRecord
