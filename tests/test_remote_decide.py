@@ -17,6 +17,7 @@ from launchers.config.model import (
 )
 from launchers.jobs.record import RcRecord, epoch_iso
 from launchers.jobs.state import JobState
+from launchers.jobs.update import update_for_rc
 from launchers.remote import decide as D
 from launchers.remote import settings as S
 from launchers.remote.firecrest import FirecrestLauncher
@@ -169,6 +170,30 @@ def test_firecrest_times_are_the_sites() -> None:
     )
     assert pending is not None and pending.started_at is None
     assert done is not None and (done.started_at, done.ended_at) == (epoch_iso(100), epoch_iso(160))
+
+
+RCS = [rc(0), rc(1), rc(143, 15), rc(0, 9), RcRecord(rc=None, signal=15)]
+
+
+@pytest.mark.parametrize("rc_", RCS, ids=lambda r: f"rc={r.rc},signal={r.signal}")
+def test_a_site_success_is_judged_by_job_rc_as_update_for_rc_judges_it(rc_: RcRecord) -> None:
+    """Where the site says the job succeeded (UNICORE SUCCESSFUL, Slurm's COMPLETED through
+    firecREST), ``job.rc`` decides its state, exit code and signal as ``update_for_rc`` does for
+    every kind (the reasons stay each site's). After a cancel request UNICORE agrees on state
+    and code (it records no signal); firecREST keeps Slurm's verdict that the script ended."""
+    for cancel in (False, True):
+        want = update_for_rc(rc_, attempt=1, cancelled=cancel)
+        assert want is not None
+        unicore = D.unicore_final({"status": "SUCCESSFUL"}, rc_, cancel_requested=cancel)
+        firecrest = D.firecrest_update(row("COMPLETED"), rc_, cancel_requested=cancel)
+        assert firecrest is not None
+        if want.state is JobState.CANCELLED:  # signalled, after a cancel request
+            assert (unicore.state, unicore.exit_code) == (want.state, want.exit_code)
+            assert (firecrest.state, firecrest.exit_code) == (JobState.FAILED, want.exit_code)
+            continue
+        triple = (want.state, want.exit_code, want.signal)
+        assert (unicore.state, unicore.exit_code, unicore.signal) == triple
+        assert (firecrest.state, firecrest.exit_code, firecrest.signal) == triple
 
 
 @pytest.mark.parametrize(
