@@ -210,6 +210,24 @@ def test_what_job_rc_says_of_a_name(record: Any, want: tuple[Any, Any]) -> None:
     assert D.rc_names(record, "n-a1") == want
 
 
+def test_a_recovery_that_cannot_tell_fails_and_never_submits_again() -> None:
+    """After a crash, a job whose name the site could not be asked about, or that ran at the
+    site without being listed, is FAILED with what happened: submitting it again could run it
+    twice."""
+    failed = D.lookup_failed("n-a1", "firecREST jobs: 503")
+    assert (failed.state, failed.detail) == (JobState.FAILED, "reconcile failed")
+    assert failed.reason == (
+        "could not tell whether job n-a1 exists on the site (firecREST jobs: 503); "
+        "not submitted again"
+    )
+    unlisted = D.ran_unlisted("n-a1")
+    assert (unlisted.state, unlisted.detail) == (JobState.FAILED, "reconcile failed")
+    assert unlisted.reason == (
+        "job n-a1 ran on the site (its outputs are there) but the site does not list it by "
+        "name; not submitted again"
+    )
+
+
 def test_other_jobs_named() -> None:
     assert not D.other_jobs_named([{"name": "n"}, {"name": "allocation"}, {"name": ""}], "n")
     assert D.other_jobs_named([{"name": "n"}, {"name": "m"}], "n")

@@ -287,6 +287,28 @@ def firecrest_update(
     )
 
 
+def lookup_failed(name: str, error: str) -> StateUpdate:
+    """A job found ``SUBMITTING`` after a crash whose name the site could not be asked about
+    for the whole patience: FAILED, never submitted again (it may exist at the site)."""
+    return StateUpdate(
+        state=JobState.FAILED,
+        detail="reconcile failed",
+        reason=f"could not tell whether job {name} exists on the site ({error}); "
+        "not submitted again",
+    )
+
+
+def ran_unlisted(name: str) -> StateUpdate:
+    """A job found ``SUBMITTING`` after a crash that began at the site (its outputs are there)
+    but that the site never listed under its name: FAILED, never submitted again."""
+    return StateUpdate(
+        state=JobState.FAILED,
+        detail="reconcile failed",
+        reason=f"job {name} ran on the site (its outputs are there) but the site does "
+        "not list it by name; not submitted again",
+    )
+
+
 def rc_names(record: Mapping[str, Any] | None, name: str) -> tuple[str | None, bool | None]:
     """What a run directory's ``job.rc`` says about the job named ``name``: (its id, whether
     another job wrote it). ``(None, None)`` when it cannot tell: no ``native_id``, or no
@@ -409,8 +431,10 @@ __all__ = [
     "firecrest_state",
     "firecrest_update",
     "gives_up_outputs",
+    "lookup_failed",
     "oldest_in",
     "other_jobs_named",
+    "ran_unlisted",
     "rc_names",
     "read_start",
     "ssh_unreachable",

@@ -339,14 +339,7 @@ class FirecrestExecutor(SiteExecutor):
                 break
             except LaunchersError as e:
                 if time.monotonic() + delay > deadline:
-                    job.apply(
-                        StateUpdate(
-                            state=JobState.FAILED,
-                            detail="reconcile failed",
-                            reason=f"could not tell whether job {name} exists on the site ({e}); "
-                            "not submitted again",
-                        )
-                    )
+                    job.apply(decide.lookup_failed(name, str(e)))
                     return
                 log.warning(
                     "%s: looking for job %s failed (%s); retrying in %.0f s",
@@ -375,14 +368,7 @@ class FirecrestExecutor(SiteExecutor):
                 if found is not None:
                     break
             if found is None:
-                job.apply(
-                    StateUpdate(
-                        state=JobState.FAILED,
-                        detail="reconcile failed",
-                        reason=f"job {name} ran on the site (its outputs are there) but the site does "
-                        "not list it by name; not submitted again",
-                    )
-                )
+                job.apply(decide.ran_unlisted(name))
                 return
         if found is None:
             await self.submit(job)
