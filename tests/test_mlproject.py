@@ -617,7 +617,7 @@ def test_backend_config_resources_are_sent_as_written(
 
     from launchers import command
     from launchers.remote import from_backend_config
-    from launchers.remote.http import task_payload
+    from launchers.remote.payload import task_payload
 
     monkeypatch.setenv("MANTIK_COMPUTE_BUDGET_ACCOUNT", "budget")
     head = (

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from launchers.cli.main import main
-from launchers.remote.firecrest_executor import block_at, download_fits, exact_prefix, view_window
+from launchers.remote.decide import block_at, download_fits, exact_prefix, view_window
 from launchers.remote.plan import plan_run
 from launchers.remote.script import attempt_job_name, empty_files_line
 from launchers.runtime.core import current as current_runtime

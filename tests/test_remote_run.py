@@ -214,7 +214,7 @@ def test_http_helpers() -> None:
     """Retry-After as seconds or an HTTP date; transient statuses; secrets redacted."""
     import httpx
 
-    from launchers.remote.http import (
+    from launchers.remote.retry import (
         backoff,
         is_transient,
         redact,

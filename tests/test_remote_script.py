@@ -431,7 +431,7 @@ def test_values_arrive_unchanged(values: list[str], literal: list[str]) -> None:
 
 def test_run_ids_and_names_keep_their_place_and_suffix(tmp_path: Path) -> None:
     """A run id names the job directory's place; a site name of 64 characters keeps ``-aN``."""
-    from launchers.remote.http import oldest_in
+    from launchers.remote.decide import oldest_in
     from launchers.remote.script import place_digest, run_id_for
 
     a, b = tmp_path / "a" / "jobs" / "t" / "d", tmp_path / "b" / "jobs" / "t" / "d"
@@ -451,7 +451,7 @@ def test_run_ids_and_names_keep_their_place_and_suffix(tmp_path: Path) -> None:
 
 
 def test_long_task_names_keep_the_attempt_suffix(tmp_path: Path) -> None:
-    from launchers.remote.http import remote_job_name
+    from launchers.remote.payload import remote_job_name
 
     class FakeJob:
         name = "x" * 80
@@ -467,7 +467,7 @@ def test_retries_leave_the_global_random_generator_alone() -> None:
     reproducible experiment) sees the same sequence whether or not launchers retried meanwhile."""
     import random
 
-    from launchers.remote.http import backoff
+    from launchers.remote.retry import backoff
 
     random.seed(1234)
     expected = [random.random() for _ in range(3)]
@@ -481,7 +481,7 @@ def test_unicore_reconcile_leaves_older_runs_of_the_task_alone() -> None:
     """Crash recovery adopts the oldest started job of the task created since our SUBMITTING
     record (less the clock slack), destroys the READY ones, and leaves older jobs alone."""
     from launchers.jobs.record import iso_epoch
-    from launchers.remote.unicore_executor import RECONCILE_CLOCK_SLACK, tagged_choice
+    from launchers.remote.decide import RECONCILE_CLOCK_SLACK, tagged_choice
 
     t = iso_epoch("2026-11-26T10:00:00+0100")
     assert t == iso_epoch("2026-11-26T09:00:00+00:00") == iso_epoch("2026-11-26T10:00:00+01:00")

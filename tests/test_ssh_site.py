@@ -21,7 +21,8 @@ from launchers.config.model import SSHConnectorConfig
 from launchers.connectors.ssh import SSHAuthenticationError, SSHConnector, private_key_from
 from launchers.errors import AuthenticationError, ConfigurationError
 from launchers.remote.backend_config import load_backend_config, to_launcher
-from launchers.remote.ssh_site import SSHSite, check_credentials
+from launchers.remote.ssh_kind import check_credentials
+from launchers.remote.ssh_site import SSHSite
 from launchers.runtime.core import current as current_runtime
 
 MANTIK_VARS = ("MANTIK_SSH_USERNAME", "MANTIK_SSH_PASSWORD", "MANTIK_SSH_PRIVATE_KEY")

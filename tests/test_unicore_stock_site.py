@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from launchers.cli.main import main
-from launchers.remote.unicore_executor import read_start, unicore_action_path, unicore_path
+from launchers.remote.decide import read_start
+from launchers.remote.storage import unicore_action_path, unicore_path
 from remote_fixtures import make_project, unicore_server_fixture  # noqa: F401
 from servers.common import slurm_env
 from servers.unicore import UnicoreServer, java_url_decode, storage_path
@@ -56,7 +57,7 @@ def test_pyunicore_2_errors_are_understood() -> None:
     only in its text) and httpx's transport errors for no answer."""
     import httpx
 
-    from launchers.remote.http import is_transient, status_of
+    from launchers.remote.retry import is_transient, status_of
 
     for code, transient in ((403, False), (404, False), (416, False), (503, True), (429, True)):
         e = httpx.HTTPError(f"{code} Server Error: n/a for url: https://site/x")

@@ -1,6 +1,7 @@
 """What the runtime and the executors use of the objects above them, as protocols
 (docs/jobs.md, Layers): ``JobHandle`` is a job as an executor sees it (``jobs.job.Job``
-implements it; a test may pass a fake), ``Clock`` the time an executor reads."""
+implements it; a test may pass a fake), ``Clock`` the time an executor reads, ``FileStore`` the
+files at one place an executor reaches (a remote site's storage)."""
 
 from __future__ import annotations
 
@@ -93,4 +94,46 @@ class Clock(Protocol):
     def monotonic(self) -> float: ...
 
 
-__all__ = ["Clock", "JobHandle"]
+class FileStore(Protocol):
+    """Files at one place (a UNICORE storage, a firecREST file system...), as the executors and
+    the queues of batched tasks use them (docs/remote-sites.md, "Remote files").
+
+    Paths are the store's own: absolute on the site, or relative to the store's root where it
+    has one (a UNICORE job's working directory). A missing file or directory raises
+    ``FileNotFoundError``; other failures raise a ``LaunchersError`` (transient ones were
+    retried first). Contents are bytes, exactly as on the site, whatever the API decodes."""
+
+    #: whether ``rename`` is a cheap, atomic operation of the site (else it raises)
+    can_rename: bool
+
+    async def read(self, path: str, offset: int = 0, size: int | None = None) -> bytes:
+        """The file's bytes from ``offset`` (at most ``size`` of them); b"" at or past its end."""
+        ...
+
+    async def write(self, path: str, data: bytes) -> None:
+        """Create or replace the file with ``data`` (its directory exists)."""
+        ...
+
+    async def stat_size(self, path: str) -> int | None:
+        """The file's size in bytes; None when it does not exist."""
+        ...
+
+    async def mkdir(self, path: str) -> None:
+        """Create the directory and its parents (an existing one is fine)."""
+        ...
+
+    async def remove(self, path: str) -> bool:
+        """Remove a file (or a directory with what it holds); False when the site said that
+        nothing was there (a site that does not tell, UNICORE, answers True)."""
+        ...
+
+    async def rename(self, src: str, dst: str) -> None:
+        """Rename ``src`` to ``dst`` (``FileNotFoundError`` when ``src`` is gone)."""
+        ...
+
+    async def listdir(self, path: str) -> list[str]:
+        """The names in a directory (not sorted, no ``.`` or ``..``)."""
+        ...
+
+
+__all__ = ["Clock", "FileStore", "JobHandle"]

@@ -26,11 +26,10 @@ from urllib.parse import quote
 import attrs
 
 from ..errors import ConnectorError, LaunchersError
-from ..remote.firecrest_executor import firecrest_transient
 from ..remote.firecrest_kind import executor_from_record as firecrest_from_record
-from ..remote.http import status_of, with_retries
+from ..remote.retry import firecrest_transient, status_of, with_retries
+from ..remote.storage import unicore_action_path, unicore_path
 from ..remote.unicore_executor import executor_from_record as unicore_from_record
-from ..remote.unicore_executor import unicore_action_path, unicore_path
 from . import queue as Q
 from . import runner as R
 from .remote import OUTPUTS, RemoteSnapshot, pending_entry

@@ -40,7 +40,7 @@ def clean_one(job: Any) -> tuple[bool, str]:
     """Destroy one job at its site when that applies: (success, message for the user)."""
     # lazy: loaded when this subcommand runs, not at every CLI start
     from ..registry import executor_for_record
-    from ..remote.http import status_of
+    from ..remote.retry import status_of
     from ..runtime.loop import run_sync
 
     rec = job.record

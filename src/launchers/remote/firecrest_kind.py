@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.model import FirecrestSite
 from ..errors import LaunchersError
+from . import settings as S
 from .firecrest_executor import FirecrestExecutor
 from .firecrest_v1 import FirecrestV1Executor
 
@@ -16,66 +17,32 @@ if TYPE_CHECKING:
     from ..launcher import Launcher
 
 
-def _site_of(launcher: Any) -> FirecrestSite:
-    site = getattr(getattr(launcher, "group", None), "site", None)
-    if not isinstance(site, FirecrestSite):
-        raise LaunchersError(f"launcher {launcher!r} has no firecREST site")
-    return site
-
-
-def _standalone(launcher: Any) -> bool:
-    group = getattr(launcher, "group", None)
-    return getattr(getattr(group, "position", None), "line", None) is None
-
-
 def executor_key(launcher: Launcher) -> tuple[Any, ...]:
     """One executor per (API, machine, credentials)."""
-    s = _site_of(launcher)
-    return (
-        "firecrest",
-        s.api_url,
-        s.machine,
-        s.token_url,
-        s.client_id_env,
-        s.client_secret_env,
-        s.workdir,
-        s.api_version,
-        _standalone(launcher),
-    )
+    return S.executor_key(launcher, "firecrest")
 
 
 def create_executor(launcher: Launcher) -> FirecrestExecutor:
-    site = _site_of(launcher)
+    site, mantik, key = S.resolve(launcher, "firecrest")
+    assert isinstance(site, FirecrestSite)
     if site.api_version == 1:
-        return FirecrestV1Executor(site, mantik=_standalone(launcher), key=executor_key(launcher))
+        return FirecrestV1Executor(site, mantik=mantik, key=key)
     if site.api_version != 2:
         raise LaunchersError(
             f"firecREST site {site.api_url}: api_version {site.api_version} is not supported "
             "(write 2, the default, or 1)"
         )
-    return FirecrestExecutor(site, mantik=_standalone(launcher), key=executor_key(launcher))
+    return FirecrestExecutor(site, mantik=mantik, key=key)
 
 
 def executor_from_record(info: Mapping[str, Any], record: StateRecord) -> FirecrestExecutor:
     """For ``launchers cancel`` on a job known only from its record."""
-    data = record.extra.get("firecrest_site")
-    if not isinstance(data, Mapping) or not data.get("api_url"):
-        raise LaunchersError(f"job {record.task_id}: its record does not name its firecREST site")
-    fields = (
-        "api_url",
-        "token_url",
-        "machine",
-        "client_id_env",
-        "client_secret_env",
-        "workdir",
-        "verify_tls",
-        "api_version",
-    )
-    site = FirecrestSite(**{k: v for k, v in data.items() if k in fields})
+    site, mantik = S.site_from_record("firecrest", record.task_id, record.extra)
+    assert isinstance(site, FirecrestSite)
     key = ("record-firecrest", site.api_url, site.machine, site.api_version)
     if site.api_version == 1:
-        return FirecrestV1Executor(site, mantik=bool(data.get("mantik")), key=key)
-    return FirecrestExecutor(site, mantik=bool(data.get("mantik")), key=key)
+        return FirecrestV1Executor(site, mantik=mantik, key=key)
+    return FirecrestExecutor(site, mantik=mantik, key=key)
 
 
 __all__ = ["create_executor", "executor_from_record", "executor_key"]

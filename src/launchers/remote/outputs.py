@@ -1,5 +1,7 @@
-"""Copying a remote job's outputs and exit record home: shared by the UNICORE and firecREST
-executors, which differ only in how they read one remote file (``read_file``)."""
+"""A remote job's files seen from this process: the payload it sends (attached by ``launchers
+run`` before the submission) and the copy of its outputs and exit record home, shared by the
+UNICORE, firecREST and SSH site executors, which differ only in how they read one remote file
+(``read_file``)."""
 
 from __future__ import annotations
 
@@ -8,16 +10,33 @@ import asyncio
 import fcntl
 import json
 import os
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from ..fsutil import atomic_write_text
 from ..jobs.record import RcRecord, parse_rc
+from ..runtime.core import current
 
 if TYPE_CHECKING:
     from ..protocols import JobHandle
+    from .payload import RemotePayload
 
 #: The files followed while a job runs (appended locally as they grow).
 OUTPUTS = ("job.out", "job.err")
+
+
+def attach_payload(directory: Path, payload: RemotePayload) -> None:
+    """Make ``payload`` what the job of ``directory`` sends (``run_project`` sets it before submit)."""
+    runtime = current()
+    with runtime.payloads_lock:
+        runtime.payloads[Path(directory).absolute()] = payload
+
+
+def attached_payload(directory: Path) -> RemotePayload | None:
+    """The payload attached to the job of ``directory`` in this process, if any."""
+    runtime = current()
+    with runtime.payloads_lock:
+        return cast("RemotePayload | None", runtime.payloads.get(Path(directory).absolute()))
 
 
 class RemoteOutputs(abc.ABC):
@@ -59,3 +78,6 @@ class RemoteOutputs(abc.ABC):
             record["attempt"] = job.attempt
             atomic_write_text(job.paths.rc, json.dumps(record) + "\n")
         return rc
+
+
+__all__ = ["OUTPUTS", "RemoteOutputs", "attach_payload", "attached_payload"]

@@ -27,17 +27,10 @@ from ..runtime.loop import blocking
 from ..slurm.executor import SlurmExecutor
 from ..slurm.script import ScriptSpec
 from .environment import Environment, validate_environment
-from .http import attached_payload
-from .outputs import RemoteOutputs
+from .outputs import RemoteOutputs, attached_payload
 from .script import JobScriptSpec, render_job_script
-from .ssh_site import (
-    PROJECT_SUBDIR,
-    SSHSite,
-    SSHSiteGroup,
-    SSHSiteLauncher,
-    check_credentials,
-    connector_config,
-)
+from .ssh_kind import check_credentials, connector_config
+from .ssh_site import PROJECT_SUBDIR, SSHSite, SSHSiteGroup, SSHSiteLauncher
 
 if TYPE_CHECKING:
     from ..jobs.record import StateRecord

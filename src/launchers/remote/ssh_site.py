@@ -3,7 +3,8 @@
 
 The job goes through the SSH connector and sbatch (``launchers.remote.ssh_executor``), with the
 ``Resources`` as ``#SBATCH`` options (the firecREST mapping) and the ``Environment`` around the
-command. Credentials come from Mantik's variables: ``MANTIK_SSH_USERNAME`` (required),
+command. Credentials come from Mantik's variables (checked and turned into the connector's
+settings by ``launchers.remote.ssh_kind``): ``MANTIK_SSH_USERNAME`` (required),
 ``MANTIK_SSH_PRIVATE_KEY`` (the key's text, as Mantik reads it, or the path of a key file) and
 ``MANTIK_SSH_PASSWORD`` (password authentication, and the passphrase of an encrypted key).
 """
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..config.model import SlurmGroup, SSHConnectorConfig
+from ..config.model import SlurmGroup
 from ..errors import AuthenticationError
 from ..slurm.launcher import SlurmLauncher
 from .script import sbatch_pairs
@@ -77,39 +78,6 @@ def ssh_username(site: SSHSite, environ: Mapping[str, str] | None = None) -> str
     return value
 
 
-def check_credentials(site: SSHSite, environ: Mapping[str, str] | None = None) -> None:
-    """Before anything is recorded: the user name is set and a private key given in the
-    environment can be read (decrypted with the password when it is encrypted)."""
-    # lazy: asyncssh only for a key check; goes up to the connectors, until the check moves to the SSH site kind (issue 17 step 14)
-    from ..connectors.ssh import private_key_from
-
-    env = os.environ if environ is None else environ
-    ssh_username(site, env)
-    key = env.get(site.private_key_env)
-    if key and key.strip():
-        private_key_from(
-            key,
-            what=site.private_key_env,
-            passphrase=env.get(site.password_env) or None,
-            passphrase_env=site.password_env,
-        )
-
-
-def connector_config(site: SSHSite, environ: Mapping[str, str] | None = None) -> SSHConnectorConfig:
-    """The SSH connector's settings for ``site`` (the user name read now, secrets at connection)."""
-    return SSHConnectorConfig(
-        name=site.address,
-        hostname=site.hostname,
-        port=site.port,
-        username=ssh_username(site, environ),
-        known_hosts=site.known_hosts,
-        strict_host_key_checking=site.strict_host_key_checking,
-        workdir=site.workdir,
-        password_env=site.password_env,
-        private_key_env=site.private_key_env,
-    )
-
-
 @attrs.frozen
 class SSHSiteGroup(SlurmGroup):
     """The group of an SSH site: its site and ``Environment`` (plain data, as written)."""
@@ -166,8 +134,6 @@ __all__ = [
     "SSHSite",
     "SSHSiteGroup",
     "SSHSiteLauncher",
-    "check_credentials",
-    "connector_config",
     "ssh_launcher",
     "ssh_username",
 ]

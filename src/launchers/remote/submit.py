@@ -1,4 +1,5 @@
-"""``run_project``: submit a planned ``launchers run`` and follow it (remote-sites.md §3.4).
+"""``run_project``: submit a planned ``launchers run`` and follow it (docs/remote-sites.md,
+"`launchers run`: MLproject entry points", "Following a run").
 
 The run is a job of the job model under ``--workdir``: its files (project minus ``Exclude``, plus
 a local Apptainer image) and ``job.sh`` go to the site through the UNICORE, firecREST or SSH
@@ -23,7 +24,8 @@ from ..jobs.record import job_directory, read_record
 from ..jobs.state import JobState
 from ..runtime.loop import run_sync
 from .firecrest import FirecrestLauncher
-from .http import RemotePayload, attach_payload
+from .outputs import attach_payload
+from .payload import RemotePayload
 from .unicore import UnicoreLauncher
 
 log = logging.getLogger("launchers.remote")

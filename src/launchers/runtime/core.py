@@ -60,7 +60,7 @@ class Runtime:
         #: (configuration file, name) -> connector (``launchers.connectors.registry``)
         self.connectors: dict[tuple[str | None, str], Connector] = {}
         self.connectors_lock = threading.Lock()
-        #: job directory -> what a remote job was submitted with (``launchers.remote.http``)
+        #: job directory -> what a remote job was submitted with (``launchers.remote.outputs``)
         self.payloads: dict[Path, Any] = {}
         self.payloads_lock = threading.Lock()
 
