@@ -230,9 +230,9 @@ def test_normal_cases_unchanged() -> None:
 
 def test_places_without_quoting_take_only_inert_values(tmp_path: Path) -> None:
     template = "cat <<'EOF' > out\npath=<<p>>\nEOF\necho \"${unset:-<<p>>}\" >> out\necho $((<<n>> + 1)) >> out\n"
-    script = render(template, {"p": "/work/a-1.txt", "n": 41})
+    script = render(template, {"p": "/data/a-1.txt", "n": 41})
     assert run(script, tmp_path).returncode == 0
-    assert read(tmp_path / "out") == "path=/work/a-1.txt\n/work/a-1.txt\n42\n"
+    assert read(tmp_path / "out") == "path=/data/a-1.txt\n/data/a-1.txt\n42\n"
     with pytest.raises(TemplateError, match=r"line 2: the value of <<p>> .*quoted"):
         render(template, {"p": "a b", "n": 1})
     with pytest.raises(TemplateError, match=r"line 2: the value of <<p>> .*\$\{\.\.\.\}"):

@@ -1,7 +1,8 @@
 """Spec conformance of finder.md (§1-§7), through the public surface only.
 
-Every test quotes the sentence of ``/work/shared/spec/finder.md`` it checks. Only
-``import launchers`` and the ``launchers`` command are used: no internal module, no mock.
+Every test checks one rule of docs/design/finder.md; its comment quotes the wording of the
+behaviour spec the rule was first written in. Only ``import launchers`` and the ``launchers``
+command are used: no internal module, no mock.
 """
 
 from __future__ import annotations
