@@ -43,6 +43,7 @@ RUNTIME_AND_KINDS = (
     "launchers.remote.ssh_kind",
     "launchers.remote.ssh_executor",
     "launchers.batch.executor",
+    "launchers.batch.pilots",
     "launchers.batch.queue",
     "launchers.batch.remote",
     "launchers.batch.rest",
@@ -51,7 +52,13 @@ RUNTIME_AND_KINDS = (
 #: Modules of pure decisions (the "decisions are pure" contract of pyproject.toml). Beyond what
 #: the contract checks, they import none of the standard library's I/O modules, read no clock
 #: and call no ``open``.
-DECISIONS = ("jobs/update.py", "local/decide.py", "local/settings.py", "remote/decide.py")
+DECISIONS = (
+    "jobs/update.py",
+    "local/decide.py",
+    "local/settings.py",
+    "remote/decide.py",
+    "batch/decide.py",
+)
 STDLIB_IO = {"asyncio", "fcntl", "os", "shutil", "socket", "subprocess", "threading", "time"}
 
 

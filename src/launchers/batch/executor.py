@@ -9,14 +9,10 @@ Pilots are ordinary jobs of the inner launcher (their own job directories under
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
-import re
 import sys
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -26,23 +22,50 @@ import attrs
 from ..config.loader import load_config
 from ..connectors.registry import get_connector
 from ..errors import LaunchersError
-from ..fsutil import directory_lock
-from ..hooks import services
-from ..jobs.proc import ProcessId
-from ..jobs.record import read_record
 from ..jobs.state import JobState
-from ..jobs.task import KIND_COMMAND, command
+from ..jobs.task import KIND_COMMAND
 from ..jobs.update import StateUpdate
 from ..runtime.core import current
 from ..runtime.executor import Executor
 from ..runtime.loop import run_sync
-from ..slurm.launcher import SlurmLauncher
-from ..units import format_duration, parse_size, parse_slurm_time
 from . import queue as Q
 from . import runner as R
+from .decide import claimed as claimed_by_runner
+from .decide import final_from_done, pilot_refused, requeued
 from .launcher import BatchLauncher
-from .remote import RemoteQueue, RemoteSnapshot, connector_of, remote_base
+from .pilots import (
+    ACTIVE,
+    Shape,
+    active,
+    fail_if_pilot_refused,
+    final_pilot_keys,
+    manage,
+    pilot_native,
+    pilot_of,
+    refusal,
+    refused_pilots,
+)
+from .remote import RemoteQueue, connector_of, remote_base
 from .rest import RestQueue, check_rest_site, rest_queue, rest_queue_from_locator
+from .shape import (
+    MAX_AUTO_SLOTS,
+    MIN_WALLTIME,
+    REST_KINDS,
+    PilotSlurmLauncher,
+    Resources,
+    auto_slots,
+    check_fits,
+    inner_limit,
+    node_capacities,
+    pilot_name,
+    pilot_tag,
+    pilot_walltime,
+    shape_of,
+    task_resources,
+)
+from .shape import (
+    _pilot_slurm_launcher as _pilot_slurm_launcher,  # re-exported: tests use it
+)
 
 if TYPE_CHECKING:
     from ..jobs.task import Task
@@ -51,240 +74,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("launchers.batch")
 
-MAX_AUTO_SLOTS = 8
-#: inner launchers whose queue lives at a site reached through a REST API (batch/rest.py)
-REST_KINDS = ("unicore", "firecrest")
-MIN_WALLTIME = 3600.0
-ACTIVE = (
-    JobState.WAITING,
-    JobState.SUBMITTING,
-    JobState.PENDING,
-    JobState.RUNNING,
-    JobState.SUSPENDED,
-)
-
-
-# -- pure pieces --------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Resources:
-    """What one task asks for: cores, memory (bytes, 0 = unset), GPUs; and its declared duration."""
-
-    cpus: int = 1
-    memory: int = 0
-    gpus: int = 0
-    duration: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"cpus": self.cpus, "memory": self.memory, "gpus": self.gpus}
-
-
-def task_resources(inner: Launcher) -> Resources:
-    """The resources the inner launcher would request for one task as a job of its own."""
-    options = getattr(inner, "options", None)
-    if options is None:
-        return Resources()
-    memory = 0
-    if getattr(options, "mem", None):
-        try:
-            memory = parse_size(
-                str(options.mem) if not str(options.mem)[-1].isdigit() else f"{options.mem}M"
-            )
-        except Exception:
-            memory = 0
-    duration = None
-    if getattr(options, "time", None):
-        seconds = parse_slurm_time(str(options.time))
-        duration = float(seconds) if seconds else None
-    gpus = int(getattr(options, "gpus_per_node", None) or 0)
-    gres = _GRES_GPUS.fullmatch(str(getattr(options, "gres", None) or ""))
-    if not gpus and gres:  # a group with gpu_option: gres asks --gres=gpu[:TYPE]:N
-        gpus = int(gres.group(2))
-    return Resources(
-        cpus=int(getattr(options, "cpus_per_task", None) or 1),
-        memory=memory,
-        gpus=gpus,
-        duration=duration,
-    )
-
-
-#: ``--gres`` asking for GPUs only: ``gpu:N`` or ``gpu:TYPE:N``
-_GRES_GPUS = re.compile(r"gpu(?::([^:,]+))?:(\d+)")
-
-
-def shape_of(inner: Launcher) -> str:
-    """12 hex digits naming the shape: the inner launcher's target and options without the
-    time limit (tasks of several durations share a pilot), environment included."""
-    args = [a for a in getattr(inner, "sbatch_args", list)() if not a.startswith("--time=")]
-    group = getattr(inner, "group", None)
-    data = {
-        "kind": inner.kind,
-        "group": getattr(group, "label", None),
-        "connector": getattr(inner, "connector", "local"),
-        "options": args,
-        "export": getattr(inner, "export", None),
-        "env": [list(p) for p in (getattr(inner, "env", ()) or ())],
-        "python": getattr(inner, "python", None),
-    }
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def pilot_name(shape: str, n: int) -> str:
-    """``lxpilot-<shape12>-<n>``: the pilot's job name."""
-    return f"lxpilot-{shape}-{n}"
-
-
-def pilot_tag(argv: Sequence[str]) -> str | None:
-    """The ``--pilot`` value of a pilot's runner command line (None when absent)."""
-    args = list(argv)
-    for i, a in enumerate(args[:-1]):
-        if a == "--pilot":
-            return str(args[i + 1])
-    return None
-
-
-def node_capacities(inner: Launcher) -> list[tuple[int, int, int]]:
-    """``(cores, memory, gpus)`` of each node the inner launcher may land on (0 = unknown)."""
-    out = []
-    for host in getattr(inner, "hosts", ()) or ():
-        out.append((int(host.cores or 0), int(host.memory or 0), len(host.gpus or ())))
-    if out:
-        return out
-    group = getattr(inner, "group", None)
-    cpu = getattr(group, "cpu", None)
-    if cpu is not None and not getattr(group, "implicit", False):
-        gpus = sum(int(g.count) for g in getattr(group, "gpus", ()) or ())
-        out.append((int(cpu.cores or 0), int(cpu.memory or 0), gpus))
-    return out
-
-
-def auto_slots(inner: Launcher, res: Resources) -> int:
-    """The largest k <= 8 such that k tasks fit the smallest node matched (1 when unknown)."""
-    best: int | None = None
-    for cores, memory, gpus in node_capacities(inner):
-        limits = []
-        if cores:
-            limits.append(cores // max(1, res.cpus))
-        if memory and res.memory:
-            limits.append(memory // res.memory)
-        if res.gpus:
-            limits.append(gpus // res.gpus)
-        if not limits:
-            continue
-        k = min(limits)
-        best = k if best is None else min(best, k)
-    if best is None:
-        return 1
-    return max(1, min(MAX_AUTO_SLOTS, best))
-
-
-def inner_limit(inner: Launcher) -> float | None:
-    """The inner launcher's time limit (smallest partition/QoS maximum of its nodes)."""
-    limits = [
-        float(h.max_duration)
-        for h in getattr(inner, "hosts", ()) or ()
-        if getattr(h, "max_duration", 0)
-    ]
-    return min(limits) if limits else None
-
-
-def pilot_walltime(batch: BatchLauncher, longest: float | None) -> float:
-    """``walltime``, else min(inner limit, max(1 h, 2 x longest declared duration))."""
-    if batch.walltime:
-        return float(batch.walltime)
-    want = max(MIN_WALLTIME, 2 * (longest or 0))
-    limit = inner_limit(batch.inner)
-    return min(limit, want) if limit else want
-
-
-def check_fits(batch: BatchLauncher, task_id: str, longest: float | None = None) -> None:
-    """Refuse a task that can never run: its limit plus ``drain_margin`` exceeds the walltime."""
-    res = task_resources(batch.inner)
-    limit = batch.task_timeout or res.duration
-    if not limit:
-        return
-    walltime = pilot_walltime(batch, max(longest or 0, res.duration or 0))
-    if limit + batch.drain_margin > walltime:
-        what = "task_timeout" if batch.task_timeout else "declared duration"
-        raise LaunchersError(
-            f"task {task_id} can never run in a batch pilot: its {what} {format_duration(int(limit))} "
-            f"plus drain_margin {format_duration(int(batch.drain_margin))} exceeds the pilot walltime "
-            f"{format_duration(int(walltime))}"
-        )
-
 
 # -- the executor -------------------------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class Shape:
-    """One shape's queue and pilots, in this process."""
-
-    key: str
-    queue: Path
-    batch: BatchLauncher
-    pilots: list[JobHandle] = attrs.field(factory=list)
-    longest: float = 0.0
-    jobs: dict[str, JobHandle] = attrs.field(factory=dict)
-    refused_pilot: str | None = None
-    #: the queue on the far side of an SSH connector or a REST API (None: the local queue is the queue)
-    remote: RemoteQueue | RestQueue | None = None
-    #: the remote queue's last scan (entries read in the same command)
-    last_remote: RemoteSnapshot | None = None
-    #: when the remote queue was last checked for lost runners (monotonic)
-    last_recover: float = 0.0
-    #: each pilot's ``--pilot`` tag (its runner records it), by pilot directory
-    tags: dict[Path, str] = attrs.field(factory=dict)
-
-
-def _pilot_slurm_launcher(
-    inner: Any, batch: BatchLauncher, res: Resources, slots: int, walltime: float
-) -> Any:
-    """The inner Slurm launcher resized for ``slots`` tasks and the walltime, warned with USR1."""
-    changes: dict[str, Any] = {"cpus_per_task": res.cpus * slots, "time": int(walltime)}
-    if res.memory:
-        changes["mem"] = f"{-(-res.memory * slots // (1024 * 1024))}M"
-    if res.gpus:
-        options = getattr(inner, "options", None)
-        gres = _GRES_GPUS.fullmatch(str(getattr(options, "gres", None) or ""))
-        if gres and not getattr(options, "gpus_per_node", None):  # keep the group's gpu_option
-            changes["gres"] = (
-                f"gpu:{gres.group(1) + ':' if gres.group(1) else ''}{res.gpus * slots}"
-            )
-        else:
-            changes["gpus_per_node"] = res.gpus * slots
-    launcher = inner.config(**changes)
-    if isinstance(launcher, SlurmLauncher):
-        warning: dict[str, Any] = {
-            "max_requeues": 0,
-            "resume_signal": "USR1",
-            "resume_grace": max(1, int(batch.drain_margin)),
-        }
-        names = {f.name for f in attrs.fields(type(launcher))}
-        if set(warning) <= names:  # the launcher carries these settings itself
-            return attrs.evolve(launcher, **warning)
-        fields = {f.name: getattr(launcher, f.name) for f in attrs.fields(type(launcher)) if f.init}
-        fields.update(warning)
-        return PilotSlurmLauncher(**fields)
-    return launcher
-
-
-def _pilot_class() -> Any:
-    @attrs.frozen(kw_only=True)
-    class _Pilot(SlurmLauncher):
-        """A Slurm launcher for pilots: USR1 ``drain_margin`` before the end, never requeued."""
-
-        max_requeues: int = 0
-        resume_signal: str = "USR1"
-        resume_grace: int = 300
-
-    _Pilot.__name__ = _Pilot.__qualname__ = "PilotSlurmLauncher"
-    return _Pilot
-
-
-PilotSlurmLauncher: Any = _pilot_class()
 
 
 class BatchExecutor(Executor):
@@ -465,124 +256,10 @@ class BatchExecutor(Executor):
 
     # -- pilots ---------------------------------------------------------------------------------
 
-    def _active(self, shape: Shape) -> list[JobHandle]:
-        return [p for p in shape.pilots if p.state in ACTIVE]
-
-    def _adopt_pilots(self, shape: Shape) -> None:
-        """Pilots submitted by other processes (or an earlier run) that are not final."""
-        known = {p.directory for p in shape.pilots}
-        root = shape.queue / "pilots"
-        if not root.is_dir():
-            return
-        for d in sorted(root.iterdir()):
-            if d in known or not d.is_dir():
-                continue
-            try:
-                rec = read_record(d)
-            except LaunchersError:
-                continue
-            if rec is None or rec.state.is_final:
-                continue
-            inner = shape.batch.inner
-            executor = inner.executor()
-            pilot = services().adopt(d, rec, inner)
-            # another live process owns it: only observe its state.json
-            pilot.observer = rec.state in (
-                JobState.WAITING,
-                JobState.SUBMITTING,
-            ) or self._owned_elsewhere(rec)
-            shape.pilots.append(pilot)
-            if not pilot.observer:
-                executor.track(pilot)
-
-    @staticmethod
-    def _owned_elsewhere(rec: Any) -> bool:
-        owner = ProcessId.from_json(rec.extra.get("owner"))
-        return owner is not None and owner.pid != os.getpid() and owner.is_alive()
-
     async def _manage(self, shape: Shape, snap: Q.Snapshot, orphaned: bool = False) -> None:
-        """Submit a pilot when tasks are pending and none is PENDING/RUNNING; scale up to
-        ``max_pilots`` when the oldest pending task waited ``scale_after`` while all run."""
-        for pilot in shape.pilots:
-            if pilot.observer:
-                pilot.refresh()
-        if not snap.pending and not orphaned:
-            return
-        active = self._active(shape)
-        batch = shape.batch
-        if active:
-            if len(active) >= batch.max_pilots or any(
-                p.state is not JobState.RUNNING for p in active
-            ):
-                return
-            oldest = snap.oldest_seq
-            if oldest is None or time.time() - oldest / 1e9 < batch.scale_after:
-                return
-        with directory_lock(shape.queue / ".pilots.lock"):
-            self._adopt_pilots(shape)
-            now_active = self._active(shape)
-            if len(now_active) > len(active) or (not active and now_active):
-                return
-            self._submit_pilot(shape)
-
-    def _submit_pilot(self, shape: Shape) -> None:
-        batch = shape.batch
-        inner = batch.inner
-        res = task_resources(inner)
-        slots = batch.slots if isinstance(batch.slots, int) else auto_slots(inner, res)
-        walltime = pilot_walltime(batch, shape.longest)
-        root = shape.queue / "pilots"
-        root.mkdir(exist_ok=True)
-        numbers = [int(p.name) for p in root.iterdir() if p.name.isdigit()]
-        n = max(numbers, default=0) + 1
-        python = getattr(inner, "python", None) or sys.executable
-        qpath = str(shape.queue)
-        if shape.remote is not None:  # the runner runs next to the remote queue
-            python = (
-                getattr(inner, "python", None)
-                or getattr(getattr(inner, "group", None), "python", None)
-                or "python3"
-            )
-            qpath = shape.remote.path
-        argv = [
-            python,
-            f"{qpath}/{Q.RUNNER_FILE}",
-            "--queue",
-            qpath,
-            "--slots",
-            str(slots),
-            "--walltime",
-            f"{walltime:g}",
-            "--linger",
-            f"{batch.linger:g}",
-            "--drain-margin",
-            f"{batch.drain_margin:g}",
-            "--kill-grace",
-            f"{batch.kill_grace:g}",
-            # unique even when several processes (own pilot numbers each) share a site's queue
-            "--pilot",
-            f"{pilot_name(shape.key, n)}-{uuid.uuid4().hex[:8]}",
-        ]
-        if isinstance(shape.remote, RestQueue):
-            argv += shape.remote.pilot_args()
-        task = command(
-            argv, name=pilot_name(shape.key, n), cwd=qpath, resumable=inner.kind == "slurm"
-        )
-        if inner.kind in ("slurm", *REST_KINDS):
-            launcher = _pilot_slurm_launcher(inner, batch, res, slots, walltime)
-        else:
-            launcher = inner
-        directory = root / str(n)
-        pilot = services().attach(task, directory, launcher)
-        shape.pilots.append(pilot)
-        self.pilots_submitted += 1
-        log.info(
-            "batch %s: pilot %d submitted (%d slots, walltime %s)",
-            shape.key,
-            n,
-            slots,
-            format_duration(int(walltime)),
-        )
+        """Submit a pilot when the shape needs one (see :func:`.pilots.manage`)."""
+        if manage(shape, snap, orphaned):
+            self.pilots_submitted += 1
 
     # -- tracking -------------------------------------------------------------------------------
 
@@ -634,7 +311,7 @@ class BatchExecutor(Executor):
                 if update is not None:
                     out[job] = update
             if snap.pending:
-                if self._fail_if_pilot_refused(shape, snap, mine, out):
+                if fail_if_pilot_refused(shape, snap, mine, out):
                     snap = Q.scan(shape.queue)
                 await self._manage(shape, snap)
         return out
@@ -651,7 +328,7 @@ class BatchExecutor(Executor):
         rs = shape.last_remote
         assert rs is not None
         if rs.running:
-            finals = self._final_pilot_keys(shape)
+            finals = final_pilot_keys(shape)
             lost = [
                 r
                 for r, e in rs.runners.items()
@@ -681,10 +358,10 @@ class BatchExecutor(Executor):
             if tid in rs.done:
                 await shape.remote.fetch_outputs(tid, job.directory)
                 done = rs.done[tid]
-                update = self._final(job, done)
+                update = final_from_done(done)
                 if done.get("pilot"):  # the pilot job's own id (UNICORE's differs from Slurm's)
                     update = attrs.evolve(
-                        update, extra={**(update.extra or {}), "pilot": self._pilot_of(shape, done)}
+                        update, extra={**(update.extra or {}), "pilot": pilot_of(shape, done)}
                     )
                 out[job] = update
             elif tid in rs.running:
@@ -696,23 +373,9 @@ class BatchExecutor(Executor):
                 ):
                     continue
                 runner = rs.runners.get(str(entry.get("runner", ""))) or {}
-                native = self._pilot_of(shape, runner)
-                out[job] = StateUpdate(
-                    state=JobState.RUNNING,
-                    detail=f"claimed by runner {entry.get('runner')}",
-                    reason="",
-                    extra={
-                        "pilot": str(native) if native is not None else None,
-                        "runner": entry.get("runner"),
-                        "batch_attempt": entry.get("attempt"),
-                    },
-                )
+                out[job] = claimed_by_runner(entry, pilot_of(shape, runner))
             elif tid in snap.pending and job.state is JobState.RUNNING:
-                out[job] = StateUpdate(
-                    state=JobState.PENDING,
-                    detail="re-queued",
-                    reason="re-queued: its runner was lost",
-                )
+                out[job] = requeued()
         orphaned = (
             isinstance(shape.remote, RestQueue)
             and bool(shape.remote.lost_runners)
@@ -722,79 +385,18 @@ class BatchExecutor(Executor):
             # claims of a final pilot that no rename can re-queue: the next pilot's runner does
             await self._manage(shape, snap, orphaned=True)
         if snap.pending:
-            refused = [p for p in shape.pilots if p.state is JobState.FAILED and not p.native_id]
-            if refused and not self._active(shape):
-                reason = f"the batch pilot could not be submitted: {refused[-1].reason}"
+            refused = refused_pilots(shape)
+            if refused:
+                reason = refusal(refused)
                 for job in mine:
                     if (
                         job.task_id in snap.pending
                         and await shape.remote.cancel_task(job.task_id) == "cancelled"
                     ):
-                        out[job] = StateUpdate(
-                            state=JobState.FAILED, detail="pilot refused", reason=reason
-                        )
+                        out[job] = pilot_refused(reason)
                 shape.pilots = [p for p in shape.pilots if p not in refused]
                 snap = await self._scan(shape)
             await self._manage(shape, snap)
-
-    @staticmethod
-    def _tag_of(shape: Shape, pilot: JobHandle) -> str | None:
-        """A pilot's ``--pilot`` tag, from its task or, for an adopted pilot, its params.json."""
-        tag = shape.tags.get(pilot.directory)
-        if tag is None:
-            argv = list(getattr(pilot.task, "target", None) or ())
-            if not argv:
-                try:
-                    argv = (
-                        json.loads((pilot.directory / "params.json").read_text()).get("target")
-                        or []
-                    )
-                except (OSError, ValueError, AttributeError):
-                    argv = []
-            tag = shape.tags[pilot.directory] = pilot_tag(argv) or ""
-        return tag or None
-
-    def _final_pilot_keys(self, shape: Shape) -> set[str]:
-        """Tags and native ids of this shape's final pilots (runners record both)."""
-        out: set[str] = set()
-        for p in shape.pilots:
-            if p.state.is_final:
-                out.add(self._tag_of(shape, p) or "")
-                out.add(str(p.native_id or ""))
-        out.discard("")
-        return out
-
-    def _pilot_of(self, shape: Shape, runner: Mapping[str, Any]) -> str | None:
-        """The native id of a runner's pilot job (the runner knows only the scheduler's id,
-        which is not UNICORE's job id): found by the pilot tag it records."""
-        tag = runner.get("pilot")
-        for p in shape.pilots:
-            if tag and p.native_id and self._tag_of(shape, p) == tag:
-                return str(p.native_id)
-        native = runner.get("native_id")
-        return str(native) if native is not None else None
-
-    def _fail_if_pilot_refused(
-        self,
-        shape: Shape,
-        snap: Q.Snapshot,
-        mine: list[JobHandle],
-        out: dict[JobHandle, StateUpdate],
-    ) -> bool:
-        """A pilot refused at submission (no id): this process's pending tasks fail with its
-        message (no retry loop against a request the scheduler refuses). True if any failed."""
-        refused = [p for p in shape.pilots if p.state is JobState.FAILED and not p.native_id]
-        if not refused or self._active(shape):
-            return False
-        reason = f"the batch pilot could not be submitted: {refused[-1].reason}"
-        failed = False
-        for job in mine:
-            name = snap.pending.get(job.task_id)
-            if name and Q.cancel_pending(shape.queue, name, job.task_id):
-                out[job] = StateUpdate(state=JobState.FAILED, detail="pilot refused", reason=reason)
-                failed = True
-        shape.pilots = [p for p in shape.pilots if p not in refused]
-        return failed
 
     def _update(self, shape: Shape, snap: Q.Snapshot, job: JobHandle) -> StateUpdate | None:
         tid = job.task_id
@@ -802,28 +404,16 @@ class BatchExecutor(Executor):
             done = Q.read_done(shape.queue, tid)
             if done is None:
                 return None
-            return self._final(job, done)
+            return final_from_done(done)
         if tid in snap.running:
             entry = Q.read_running(shape.queue, tid) or {}
             if job.state is JobState.RUNNING and job.record.extra.get("runner") == entry.get(
                 "runner"
             ):
                 return None
-            pilot = self._pilot_native(shape, str(entry.get("runner", "")))
-            return StateUpdate(
-                state=JobState.RUNNING,
-                detail=f"claimed by runner {entry.get('runner')}",
-                reason="",
-                extra={
-                    "pilot": pilot,
-                    "runner": entry.get("runner"),
-                    "batch_attempt": entry.get("attempt"),
-                },
-            )
+            return claimed_by_runner(entry, pilot_native(shape, str(entry.get("runner", ""))))
         if tid in snap.pending and job.state is JobState.RUNNING:
-            return StateUpdate(
-                state=JobState.PENDING, detail="re-queued", reason="re-queued: its runner was lost"
-            )
+            return requeued()
         return None
 
     async def _orphan_update(self, job: JobHandle) -> StateUpdate | None:
@@ -840,38 +430,7 @@ class BatchExecutor(Executor):
             done = Q.read_done(Path(info["queue"]), tid)
         else:
             return None
-        return None if done is None else self._final(job, done)
-
-    def _pilot_native(self, shape: Shape, runner: str) -> str | None:
-        entry = R.read_entry(str(shape.queue / R.RUNNERS / f"{runner}.json")) or {}
-        native = entry.get("native_id")
-        return str(native) if native is not None else None
-
-    def _final(self, job: JobHandle, done: Mapping[str, Any]) -> StateUpdate:
-        name = str(done.get("state") or "CANCELLED")
-        try:
-            state = JobState[name]
-        except KeyError:
-            state = JobState.FAILED
-        if not state.is_final:
-            state = JobState.FAILED
-        reason = done.get("reason")
-        if state is JobState.CANCELLED:
-            reason = "cancelled on request"
-        return StateUpdate(
-            state=state,
-            detail="batch done",
-            reason=reason or "",
-            exit_code=done.get("rc"),
-            signal=done.get("signal"),
-            started_at=done.get("start"),
-            ended_at=done.get("end"),
-            extra={
-                "pilot": done.get("native_id"),
-                "runner": done.get("runner"),
-                "batch_attempt": done.get("attempt"),
-            },
-        )
+        return None if done is None else final_from_done(done)
 
     # -- cancel ---------------------------------------------------------------------------------
 
@@ -916,7 +475,7 @@ class BatchExecutor(Executor):
         for shape in self.shapes.values():
             if shape.batch.inner != batch.inner:
                 continue
-            for pilot in self._active(shape):
+            for pilot in active(shape):
                 pilot.cancel()
             if shape.remote is not None:
                 snap = await self._scan(shape)
@@ -991,10 +550,20 @@ def executor_from_record(info: Mapping[str, Any], record: object) -> BatchExecut
 
 
 __all__ = [
+    "ACTIVE",
+    "MAX_AUTO_SLOTS",
+    "MIN_WALLTIME",
+    "REST_KINDS",
     "BatchExecutor",
+    "PilotSlurmLauncher",
     "Resources",
+    "Shape",
     "auto_slots",
     "check_fits",
+    "inner_limit",
+    "node_capacities",
+    "pilot_name",
+    "pilot_tag",
     "pilot_walltime",
     "shape_of",
     "task_resources",
