@@ -100,9 +100,9 @@ def test_rejection_fails_with_sbatch_message(cluster: dict[str, str], tmp_path: 
 
 
 def test_fatal_pending_reason_unrunnable(
-    cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: dict[str, str], tmp_path: Path, slurm_tuning: Any
 ) -> None:
-    monkeypatch.setattr(sx, "FATAL_CONFIRM", 3.0)
+    slurm_tuning(fatal_confirm=3.0)
     failed = subprocess.run(["sbatch", "--parsable", "-p", "debug", "-o", "/dev/null", "--wrap", "exit 1"],
                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     deadline = time.time() + 30
@@ -126,11 +126,11 @@ def test_fatal_pending_reason_unrunnable(
 
 
 def test_dependency_failing_later_is_unrunnable(
-    cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: dict[str, str], tmp_path: Path, slurm_tuning: Any
 ) -> None:
     """The job it depends on fails after the submission: slurmdbd keeps the reason it was
     recorded with (Dependency), slurmctld says DependencyNeverSatisfied: the job ends UNRUNNABLE."""
-    monkeypatch.setattr(sx, "FATAL_CONFIRM", 3.0)
+    slurm_tuning(fatal_confirm=3.0)
     first = subprocess.run(["sbatch", "--parsable", "-p", "debug", "-o", "/dev/null", "--wrap", "sleep 4; exit 1"],
                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     L = make_launcher().config(sbatch_options={"dependency": f"afterok:{first}"})
@@ -219,9 +219,9 @@ def fabricate(workdir: Path, argv: list[str], native_id: str, *, rc: dict[str, A
 
 
 def test_purged_jobs_decided_by_job_rc(
-    cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: dict[str, str], tmp_path: Path, slurm_tuning: Any
 ) -> None:
-    monkeypatch.setattr(sx, "LOST_AFTER", 0.0)
+    slurm_tuning(lost_after=0.0)
     fabricate(tmp_path, ["purged-ok"], "9999001", rc={"rc": 0, "signal": None})
     fabricate(tmp_path, ["purged-bad"], "9999002", rc={"rc": 2, "signal": None})
     fabricate(tmp_path, ["purged-gone"], "9999003", rc=None)

@@ -26,6 +26,7 @@ from launchers.connectors.ssh import SSHConnector
 from launchers.jobs.proc import ProcessId
 from launchers.jobs.state import JobState as State
 from launchers.local.executor import RemoteDirectExecutor
+from launchers.slurm.settings import SlurmTuning
 from test_slurm_over_ssh import launcher, reset, write_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
@@ -206,7 +207,7 @@ def test_slurm_poll_switches_to_user_query_above_the_id_limit(clean: dict[str, s
     )
     real.directory.mkdir(parents=True)
     jobs.append(real)
-    assert len(",".join(j.native_id for j in jobs)) > sx.MAX_ID_LIST
+    assert len(",".join(j.native_id for j in jobs)) > SlurmTuning().max_id_list
 
     async def go() -> dict[Any, Any]:
         await ex.user()
@@ -235,9 +236,9 @@ def test_slurm_poll_switches_to_user_query_above_the_id_limit(clean: dict[str, s
 
 
 def test_slurm_over_ssh_end_to_end_with_the_user_query(clean: dict[str, str], tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                       monkeypatch: pytest.MonkeyPatch, slurm_tuning: Any) -> None:  # fmt: skip
     """A real run over SSH with the id list always "too long": states still come from sacct."""
-    monkeypatch.setattr(sx, "MAX_ID_LIST", 1)
+    slurm_tuning(max_id_list=1)
     rec = Recorder(monkeypatch)
     conf = write_config(tmp_path, clean, int(clean["CLUSTER_SSH_PORT"]), clean["CLUSTER_SSH_KNOWN_HOSTS"],
                         workdir=str(tmp_path / "remote"))  # fmt: skip

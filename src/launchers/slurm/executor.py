@@ -19,7 +19,6 @@ import shlex
 import signal as signal_module
 import sys
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta, timezone
@@ -37,6 +36,7 @@ from ..fsutil import atomic_write_bytes
 from ..jobs.record import RC, STDERR, STDOUT, iso_epoch, now_iso, parse_rc, submitting_since
 from ..jobs.state import JobState
 from ..jobs.update import StateUpdate
+from ..runtime.core import current
 from ..runtime.executor import Executor
 from ..runtime.loop import background, blocking, call_soon
 from ..units import parse_slurm_time, slurm_time
@@ -54,13 +54,14 @@ from .script import (
     render_script,
     submission_variable,
 )
+from .settings import STATUS_SOURCES, Placement, SlurmSettings, SlurmTuning
 from .states import SlurmStatus, UnknownStateWarner, cancel_reason, is_fatal_reason, map_state
 
 if TYPE_CHECKING:
     from ..jobs.record import RcRecord
     from ..jobs.task import Task
     from ..launcher import Launcher
-    from ..protocols import JobHandle
+    from ..protocols import Clock, JobHandle
 
 log = logging.getLogger("launchers.slurm")
 #: Runs "$@" without SBATCH_*, SALLOC_*, SRUN_* and SLURM_* (but SLURM_CONF) on the cluster side
@@ -74,55 +75,15 @@ _CLEAN_ENV = (
 #: retry jitter from a generator of our own: the global one is the user's (seeded runs)
 _JITTER = random.Random()
 
-MAX_CONCURRENT_SBATCH = 4
-SBATCH_TIMEOUT = 60.0
-QUERY_TIMEOUT = 30.0
-RETRY_FIRST = 2.0
-RETRY_TOTAL = 300.0
-SUBMIT_LIMIT_WAIT = 60.0
-SACCT_GRACE = 120.0
-LOST_AFTER = 600.0
-LOST_POLLS = 3
-FATAL_CONFIRM = 60.0
-CANCEL_RETRY = 10.0
-#: Margin when comparing the cluster's submit times with our records' (seconds).
-CLOCK_SKEW = 10.0
-MAX_ID_LIST = 32 * 1024
-DEFAULT_MAX_REQUEUES = 3
 #: Test hook: kill this process (SIGKILL) right after sbatch answers, before recording the id.
 KILL_AFTER_SBATCH_ENV = "LAUNCHERS_TEST_KILL_AFTER_SBATCH"
-
-
-def _setting(launcher: Any, name: str, default: Any) -> Any:
-    """A launcher setting, else the group's, else ``default`` (None counts as unset)."""
-    value = getattr(launcher, name, None)
-    if value is None:
-        value = getattr(getattr(launcher, "group", None), name, None)
-    return default if value is None else value
-
-
-def _cluster_of(launcher: Any) -> str | None:
-    for name, value in getattr(launcher, "extra_options", ()) or ():
-        if name in ("clusters", "cluster") and isinstance(value, str):
-            return value
-    return None
 
 
 def executor_key(launcher: Launcher) -> tuple[Any, ...]:
     """``("slurm", connector, cluster)``, plus the group's ``status_source`` and ``poll_max``
     when it sets them: those shape the one tracker of an executor, so groups that disagree on
     them get executors of their own (the other group settings are read per job)."""
-    key: tuple[Any, ...] = (
-        "slurm",
-        getattr(launcher, "connector", "local") or "local",
-        _cluster_of(launcher),
-    )
-    group = getattr(launcher, "group", None)
-    source = str(getattr(group, "status_source", "auto") or "auto").lower()
-    poll_max = getattr(group, "poll_max", None)
-    if source != "auto" or poll_max:
-        key += (source, poll_max)
-    return key
+    return Placement.of(launcher).key()
 
 
 def create_executor(launcher: Launcher) -> SlurmExecutor:
@@ -197,23 +158,26 @@ class SlurmExecutor(Executor):
     """Runs jobs of Slurm launchers sharing one connector and cluster."""
 
     kind = "slurm"
-    poll_min = 2.0
-    poll_max = 60.0
-    poll_timeout = 2 * QUERY_TIMEOUT + 5
 
-    def __init__(self, launcher: Launcher) -> None:
-        super().__init__(executor_key(launcher))
+    def __init__(
+        self, launcher: Launcher, *, tuning: SlurmTuning | None = None, clock: Clock | None = None
+    ) -> None:
+        placement = Placement.of(launcher)
+        super().__init__(placement.key())
         self.launcher = launcher
-        self.connector_name: str = getattr(launcher, "connector", "local") or "local"
-        self.cluster: str | None = _cluster_of(launcher)
+        self._tuning = tuning
+        self.clock: Clock = clock or current().clock
+        tuned = self.tuning
+        self.connector_name: str = placement.connector
+        self.cluster: str | None = placement.cluster
         self.group = getattr(launcher, "group", None)
         self._connector: Connector | None = None
-        self.fast_interval = 1.0 if self.connector_name == "local" else None
-        group_poll_max = getattr(self.group, "poll_max", None)
-        if group_poll_max:
-            self.poll_max = float(group_poll_max)
-        source = str(getattr(self.group, "status_source", "auto") or "auto").lower()
-        if source not in ("auto", "sacct", "squeue"):
+        self.poll_min = tuned.poll_min
+        self.poll_max = float(placement.poll_max) if placement.poll_max else tuned.poll_max
+        self.poll_timeout = tuned.poll_timeout
+        self.fast_interval = tuned.fast_interval if self.connector_name == "local" else None
+        source = placement.status_source
+        if source not in STATUS_SOURCES:
             raise LaunchersError(f"status_source: {source!r} is not auto, sacct or squeue")
         self.status_source = source
         self._accounting: bool | None = None if source == "auto" else source == "sacct"
@@ -234,6 +198,25 @@ class SlurmExecutor(Executor):
         self._live_at = float("-inf")
         #: launchers whose script values were checked (``validate``)
         self._checked: set[Any] = set()
+        #: id(launcher) -> (launcher, its settings), resolved once per launcher
+        self._settings: dict[int, tuple[Launcher, SlurmSettings]] = {}
+
+    @property
+    def tuning(self) -> SlurmTuning:
+        """The timings in force: the executor's own, else the runtime's (``Runtime.tune``)."""
+        return self._tuning or current().tuned(SlurmTuning)
+
+    def settings(self, launcher: Launcher | None) -> SlurmSettings:
+        """The settings of ``launcher`` (this executor's own when None), resolved once."""
+        launcher = launcher or self.launcher
+        found = self._settings.get(id(launcher))
+        if found is not None and found[0] is launcher:
+            return found[1]
+        settings = SlurmSettings.resolve(launcher, self.group)
+        if len(self._settings) >= 1024:
+            self._settings.clear()
+        self._settings[id(launcher)] = (launcher, settings)
+        return settings
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -256,7 +239,7 @@ class SlurmExecutor(Executor):
 
     def _semaphore(self) -> asyncio.Semaphore:
         if self._sem is None:
-            self._sem = asyncio.Semaphore(MAX_CONCURRENT_SBATCH)
+            self._sem = asyncio.Semaphore(self.tuning.max_concurrent_sbatch)
         return self._sem
 
     def _slot_event(self) -> asyncio.Event:
@@ -278,7 +261,7 @@ class SlurmExecutor(Executor):
         self,
         argv: Sequence[str],
         *,
-        timeout: float = QUERY_TIMEOUT,
+        timeout: float | None = None,
         cwd: str | None = None,
         clean_env: bool = False,
     ) -> CommandResult:
@@ -286,6 +269,8 @@ class SlurmExecutor(Executor):
         sbatch reads as options (§3): locally through the child's environment (no extra exec per
         job), over a connector by a small ``sh`` wrapper that unsets them there."""
         self.commands[argv[0]] = self.commands.get(argv[0], 0) + 1
+        if timeout is None:
+            timeout = self.tuning.query_timeout
         if clean_env and isinstance(self.connector, LocalConnector):
             unset = frozenset(k for k in os.environ if not submission_variable(k))
             return await self.connector.run(list(argv), timeout=timeout, cwd=cwd, unset=unset)
@@ -299,7 +284,9 @@ class SlurmExecutor(Executor):
             if self.is_local:
                 self._user = (getpass.getuser(), os.getuid())
             else:
-                res = await self.connector.run(["sh", "-c", "id -un; id -u"], timeout=QUERY_TIMEOUT)
+                res = await self.connector.run(
+                    ["sh", "-c", "id -un; id -u"], timeout=self.tuning.query_timeout
+                )
                 lines = res.stdout.split()
                 if res.returncode != 0 or len(lines) < 2:
                     raise ConnectorError(f"cannot read the remote user: {res.stderr.strip()}")
@@ -358,14 +345,13 @@ class SlurmExecutor(Executor):
         one is a ``ScriptError`` there, not a FAILED job; each launcher is checked once."""
         key = _launcher_key(launcher)
         if key not in self._checked:
-            env = dict(getattr(getattr(launcher, "group", None) or self.group, "env", ()) or ())
-            env.update(dict(getattr(launcher, "env", ()) or ()))
+            settings = self.settings(launcher)
             check_launcher_values(
-                directives=launcher.options.sbatch_args(),  # type: ignore[attr-defined]
-                sbatch_options=tuple(getattr(launcher, "extra_options", ()) or ()),
-                env=tuple(env.items()),
-                export=str(_setting(launcher, "export", "ALL")),
-                resume_signal=str(_setting(launcher, "resume_signal", "USR1")),
+                directives=list(settings.directives),
+                sbatch_options=settings.sbatch_options,
+                env=settings.env,
+                export=settings.export,
+                resume_signal=settings.resume_signal,
             )
             if len(self._checked) < 1024:
                 self._checked.add(key)
@@ -379,19 +365,14 @@ class SlurmExecutor(Executor):
                 f"job {job.task_id}: the task is unknown (re-submit it from its experiment)"
             )
         directory = self._job_dir(job)
-        python = _setting(launcher, "python", None) or (
-            sys.executable if self.is_local else "python3"
-        )
+        settings = self.settings(launcher)
+        python = settings.python or (sys.executable if self.is_local else "python3")
         if task.kind == "command":
             argv = tuple(task.target)
             check = None
         else:
             argv = (python, "-m", "launchers.run", directory)
             check = python
-        env: dict[str, str] = {}
-        env.update(dict(getattr(getattr(launcher, "group", None) or self.group, "env", ()) or ()))
-        env.update(dict(getattr(launcher, "env", ()) or ()))
-        env.update(dict(task.env))
         return ScriptSpec(
             job_dir=directory,
             task_id=task.task_id,
@@ -399,14 +380,14 @@ class SlurmExecutor(Executor):
             argv=argv,
             attempt=job.attempt,
             cwd=task.cwd,
-            export=_setting(launcher, "export", "ALL"),
-            env=tuple(env.items()),
-            directives=tuple(launcher.options.sbatch_args()),
-            sbatch_options=tuple(getattr(launcher, "extra_options", ()) or ()),
+            export=settings.export,
+            env=settings.job_env(task.env),
+            directives=settings.directives,
+            sbatch_options=settings.sbatch_options,
             resumable=bool(task.resumable),
-            max_requeues=int(_setting(launcher, "max_requeues", DEFAULT_MAX_REQUEUES)),
-            resume_signal=str(_setting(launcher, "resume_signal", "USR1")),
-            resume_grace=int(_setting(launcher, "resume_grace", 120)),
+            max_requeues=settings.max_requeues,
+            resume_signal=settings.resume_signal,
+            resume_grace=settings.resume_grace,
             python=check,
         )
 
@@ -461,8 +442,8 @@ class SlurmExecutor(Executor):
     async def _submit(self, job: JobHandle) -> None:
         launcher = job.launcher or self.launcher
         # Nothing is submitted yet, so a transport failure while staging is retried (§4).
-        deadline = time.monotonic() + RETRY_TOTAL
-        delay = RETRY_FIRST
+        deadline = self.clock.monotonic() + self.tuning.retry_total
+        delay = self.tuning.retry_first
         while True:
             try:
                 if not self.is_local:
@@ -491,7 +472,7 @@ class SlurmExecutor(Executor):
             except ConnectorError as e:
                 if self._cancelled_before_sbatch(job):
                     return
-                if time.monotonic() + delay > deadline:
+                if self.clock.monotonic() + delay > deadline:
                     job.apply(
                         StateUpdate(
                             state=JobState.FAILED,
@@ -521,11 +502,11 @@ class SlurmExecutor(Executor):
             await self.connector.write_file(path, data, mode=mode)
 
     async def _submit_loop(self, job: JobHandle, name: str, directory: str) -> None:
-        deadline = time.monotonic() + RETRY_TOTAL
-        delay = RETRY_FIRST
+        deadline = self.clock.monotonic() + self.tuning.retry_total
+        delay = self.tuning.retry_first
         last_error = ""
         while True:
-            wait = self._backoff_until - time.monotonic()
+            wait = self._backoff_until - self.clock.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
             # first pass: nothing ran yet; later passes: the lookup by name found nothing
@@ -535,7 +516,7 @@ class SlurmExecutor(Executor):
                 async with self._semaphore():
                     res = await self._run(
                         self._sbatch_argv("job.sh"),
-                        timeout=SBATCH_TIMEOUT,
+                        timeout=self.tuning.sbatch_timeout,
                         cwd=directory,
                         clean_env=True,
                     )
@@ -567,22 +548,25 @@ class SlurmExecutor(Executor):
             with contextlib.suppress(Exception):
                 if await self._adopt_by_name(job, name):
                     return
-            if time.monotonic() + delay > deadline:
+            if self.clock.monotonic() + delay > deadline:
                 log.error(
-                    "%s: sbatch kept failing for %.0f s: %s", job.task_id, RETRY_TOTAL, last_error
+                    "%s: sbatch kept failing for %.0f s: %s",
+                    job.task_id,
+                    self.tuning.retry_total,
+                    last_error,
                 )
                 job.apply(StateUpdate(state=JobState.FAILED, detail="sbatch", reason=last_error))
                 return
             log.warning("%s: sbatch failed (%s); retrying in %.0f s", job.task_id, message, delay)
             jittered = delay * _JITTER.uniform(0.8, 1.2)
-            self._backoff_until = max(self._backoff_until, time.monotonic() + jittered)
+            self._backoff_until = max(self._backoff_until, self.clock.monotonic() + jittered)
             await asyncio.sleep(jittered)
             delay *= 2
 
     async def _accepted(self, job: JobHandle, native_id: str, cluster: str | None) -> None:
         if cluster and not self.cluster:
             self.cluster = cluster
-        job.runtime["submitted_mono"] = time.monotonic()
+        job.runtime["submitted_mono"] = self.clock.monotonic()
         await _apply(
             job,
             StateUpdate(
@@ -622,7 +606,7 @@ class SlurmExecutor(Executor):
         try:
             event = self._slot_event()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(event.wait(), SUBMIT_LIMIT_WAIT)
+                await asyncio.wait_for(event.wait(), self.tuning.submit_limit_wait)
         finally:
             self._held.pop(id(job), None)
         if job.cancel_requested or job.state.is_final:
@@ -683,7 +667,9 @@ class SlurmExecutor(Executor):
         if res.returncode != 0 and not found:
             raise ConnectorError(f"squeue failed: {res.stderr.strip()}")
         if since is not None:
-            found = {j: t for j, t in found.items() if t is None or t >= since - CLOCK_SKEW}
+            found = {
+                j: t for j, t in found.items() if t is None or t >= since - self.tuning.clock_skew
+            }
         return sorted(found, key=int), others & set(found)
 
     @staticmethod
@@ -852,14 +838,14 @@ class SlurmExecutor(Executor):
             if source == "sacct":
                 live = await self._live_pending(rest, rows)
                 rows = _with_live_reasons(rows, self._live_rows)
-            now = time.time()
+            now = self.clock.time()
             missing: list[JobHandle] = []
             for job in rest:
                 row = rows.get(job.native_id or "")
                 if row is None:
                     if source == "sacct":
                         submitted = _parse_time(job.record.submitted_at) or now
-                        if now - submitted >= SACCT_GRACE:
+                        if now - submitted >= self.tuning.sacct_grace:
                             missing.append(job)
                         continue
                     upd = self._gone(job, rcs.get(job), now)
@@ -909,11 +895,11 @@ class SlurmExecutor(Executor):
         later stays ``Dependency`` there and a fatal pending reason is only seen in slurmctld's.
         The reasons read stand in for sacct's until the next reading, so a fatal reason is seen
         twice ``FATAL_CONFIRM`` apart; only long-pending jobs can have one worth confirming."""
-        half = FATAL_CONFIRM / 2
-        now = time.monotonic()
+        half = self.tuning.fatal_confirm / 2
+        now = self.clock.monotonic()
         if now - self._live_at < half:
             return None
-        wall = time.time()
+        wall = self.clock.time()
         if not any(
             (r := rows.get(j.native_id or "")) is not None
             and _is_pending(r)
@@ -932,15 +918,15 @@ class SlurmExecutor(Executor):
 
     async def _sacct_argv(self, jobs: Sequence[JobHandle]) -> list[str]:
         """sacct for ``jobs``: ``--jobs=ID,...``, or ``--user=U --starttime=T`` (T one hour before
-        the oldest submission) when the id list would pass ``MAX_ID_LIST`` bytes (§5)."""
+        the oldest submission) when the id list would pass ``self.tuning.max_id_list`` bytes (§5)."""
         ids = sorted({P.master_id(j.native_id or "") for j in jobs if j.native_id}, key=int)
         argv = ["sacct", "--noheader", "--parsable2", "--allocations", f"--format={P.SACCT_FORMAT}",
                 *self._cluster_args()]  # fmt: skip
         id_list = ",".join(ids)
-        if len(id_list) > MAX_ID_LIST:
+        if len(id_list) > self.tuning.max_id_list:
             user, _ = await self.user()
             times = [t for t in (_parse_time(j.record.submitted_at) for j in jobs) if t is not None]
-            oldest = min(times) if times else time.time() - 86400
+            oldest = min(times) if times else self.clock.time() - 86400
             # sacct reads the time in the cluster's time zone: over SSH it may differ from ours
             # by up to 26 h, so the window opens that much earlier (more rows, none missed)
             margin = 3600 if self.is_local else 27 * 3600
@@ -1057,25 +1043,23 @@ class SlurmExecutor(Executor):
 
     def _group_of(self, job: JobHandle) -> Any:
         """The job's own group (several groups may share this executor's connector and cluster)."""
-        return getattr(job.launcher, "group", None) or self.group
+        return self.settings(job.launcher).group or self.group
 
     def _pending(
         self, job: JobHandle, status: SlurmStatus, row: Row, now: float, common: dict[str, Any]
     ) -> StateUpdate:
         reason = row.reason or ""
-        group = self._group_of(job)
-        add = getattr(group, "fatal_reasons_add", ()) or ()
-        remove = getattr(group, "fatal_reasons_remove", ()) or ()
+        settings = self.settings(job.launcher)
+        add, remove = settings.fatal_reasons_add, settings.fatal_reasons_remove
         if is_fatal_reason(reason, add=add, remove=remove):
             seen = job.runtime.get("fatal")
             if seen is None or seen[0] != reason:
                 job.runtime["fatal"] = (reason, now)
-            elif now - seen[1] >= FATAL_CONFIRM:
-                mode = str(getattr(group, "fatal_pending", "cancel") or "cancel")
-                if mode == "cancel":
+            elif now - seen[1] >= self.tuning.fatal_confirm:
+                if settings.fatal_pending == "cancel":
                     job.runtime["unrunnable"] = reason
                     background(self._cancel_ids([job.native_id or ""]))
-                    known = limit_detail(group, getattr(job.launcher, "options", None), reason)
+                    known = limit_detail(settings.group, settings.options, reason)
                     return StateUpdate(state=JobState.UNRUNNABLE, detail=row.source, slurm_state=status.raw,
                                        reason=f"Slurm cannot run this job: {reason}"
                                        + (f" ({known})" if known else ""))  # fmt: skip
@@ -1102,8 +1086,9 @@ class SlurmExecutor(Executor):
         first, count = job.runtime.get("missing", (now, 0))
         count += 1
         job.runtime["missing"] = (first, count)
-        lost_after = float(getattr(self._group_of(job), "lost_after", None) or LOST_AFTER)
-        if count >= LOST_POLLS and now - first >= lost_after:
+        tuning = self.tuning
+        lost_after = self.settings(job.launcher).lost_after or tuning.lost_after
+        if count >= tuning.lost_polls and now - first >= lost_after:
             return StateUpdate(state=JobState.LOST, detail="no record",
                                reason="Slurm has no record of the job and it left no exit record")  # fmt: skip
         return None
@@ -1113,9 +1098,7 @@ class SlurmExecutor(Executor):
         task = job.task
         if task is None or not task.resumable or job.cancel_requested:
             return False
-        launcher = job.launcher or self.launcher
-        max_requeues = int(_setting(launcher, "max_requeues", DEFAULT_MAX_REQUEUES))
-        if job.attempt - 1 >= max_requeues:
+        if job.attempt - 1 >= self.settings(job.launcher).max_requeues:
             return False
         log.warning(
             "%s: %s in Slurm; resubmitting (attempt %d)", job.task_id, state.value, job.attempt + 1
@@ -1174,7 +1157,7 @@ class SlurmExecutor(Executor):
         self.commands["remote-cycle"] = self.commands.get("remote-cycle", 0) + 1
         res = await self.connector.run(
             ["sh", "-c", "\n".join(parts), "sh", *odd],
-            timeout=QUERY_TIMEOUT,
+            timeout=self.tuning.query_timeout,
             input="".join(lines).encode("utf-8", "surrogateescape"),
         )
         sections: dict[str, list[str]] = {}
@@ -1214,7 +1197,7 @@ class SlurmExecutor(Executor):
             if status.get("squeue") == 0
             else {}
         )
-        now = time.time()
+        now = self.clock.time()
         if rows is not None:
             rows = _with_live_reasons(
                 rows, sq
@@ -1224,7 +1207,7 @@ class SlurmExecutor(Executor):
             row = rows.get(nid) if rows is not None else None
             if row is None and rows is not None:
                 submitted = _parse_time(job.record.submitted_at) or now
-                if now - submitted < SACCT_GRACE:
+                if now - submitted < self.tuning.sacct_grace:
                     continue
             if row is None:
                 row = sq.get(nid)
@@ -1264,11 +1247,11 @@ class SlurmExecutor(Executor):
                 await self._cancel_ids(ids)
             except (LaunchersError, OSError) as e:
                 # e.g. slurmctld down: ask again later; a cancel request is never dropped
-                log.warning("scancel failed (%s); retrying in %.0f s", e, CANCEL_RETRY)
+                log.warning("scancel failed (%s); retrying in %.0f s", e, self.tuning.cancel_retry)
                 loop = asyncio.get_running_loop()
                 for job in jobs:
                     if job.native_id in ids:
-                        loop.call_later(CANCEL_RETRY, self.tracker.request_cancel, job)
+                        loop.call_later(self.tuning.cancel_retry, self.tracker.request_cancel, job)
             self.tracker.wake()
 
     async def _cancel_ids(self, ids: Sequence[str]) -> None:
@@ -1372,7 +1355,7 @@ class SlurmExecutor(Executor):
             )
         event = self._slot_event()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(event.wait(), SUBMIT_LIMIT_WAIT)
+            await asyncio.wait_for(event.wait(), self.tuning.submit_limit_wait)
         return [j for j in pending if not j.cancel_requested and not j.state.is_final]
 
     async def submit_allowance(self, launcher: Any) -> Allowance | None:
@@ -1388,10 +1371,9 @@ class SlurmExecutor(Executor):
             return None
         if res.returncode != 0:
             return None
-        options = getattr(launcher, "options", None)
-        return parse_allowance(res.stdout, account=getattr(options, "account", None),
-                               qos=getattr(options, "qos", None),
-                               partition=getattr(options, "partition", None))  # fmt: skip
+        options = self.settings(launcher).options
+        return parse_allowance(res.stdout, account=options.account, qos=options.qos,
+                               partition=options.partition)  # fmt: skip
 
     async def _submit_chunk(self, jobs: list[JobHandle], max_parallel: int | None) -> str:
         """One ``sbatch --array`` for ``jobs``; "ok", "failed" or ``P.SUBMIT_LIMIT``."""
@@ -1421,15 +1403,15 @@ class SlurmExecutor(Executor):
                 extra["remote_dir"] = self._job_dir(job)
             await _apply(job, StateUpdate(state=JobState.SUBMITTING, detail="sbatch array", job_name=spec.job_name,
                                           reason="", extra=extra))  # fmt: skip
-        deadline = time.monotonic() + RETRY_TOTAL
-        delay = RETRY_FIRST
-        array_since = time.time()
+        deadline = self.clock.monotonic() + self.tuning.retry_total
+        delay = self.tuning.retry_first
+        array_since = self.clock.time()
         while True:
             try:
                 async with self._semaphore():
                     res = await self._run(
                         self._sbatch_argv("array.sh"),
-                        timeout=SBATCH_TIMEOUT,
+                        timeout=self.tuning.sbatch_timeout,
                         cwd=array_dir,
                         clean_env=True,
                     )
@@ -1442,7 +1424,7 @@ class SlurmExecutor(Executor):
                 message, kind = str(e), P.TRANSIENT
             if kind == P.SUBMIT_LIMIT:
                 return P.SUBMIT_LIMIT
-            if kind == P.REJECTED or time.monotonic() + delay > deadline:
+            if kind == P.REJECTED or self.clock.monotonic() + delay > deadline:
                 log.error("array %s: sbatch refused it: %s", name, message)
                 for job in jobs:
                     await _apply(
