@@ -10,7 +10,8 @@ import pytest
 
 from launchers.config.model import Partition, SlurmGroup
 from launchers.runtime.core import Runtime
-from launchers.slurm.executor import SlurmExecutor, executor_key
+from launchers.slurm.executor import SlurmExecutor
+from launchers.slurm.kind import executor_key
 from launchers.slurm.launcher import SlurmLauncher
 from launchers.slurm.settings import Placement, SlurmSettings, SlurmTuning, pick
 

@@ -143,7 +143,7 @@ def test_slurm_poll_of_1500_jobs_is_one_small_command(clean: dict[str, str], tmp
     async def go() -> dict[Any, Any]:
         await ex.user()  # read once, before counting
         rec = Recorder(monkeypatch)
-        out = await ex._poll_remote(jobs)  # type: ignore[arg-type]
+        out = await ex.poll(jobs)  # type: ignore[arg-type]
         assert len(rec.calls) == 1, [
             c[0][:2] for c in rec.calls if "@@squeue" not in " ".join(c[0])
         ]
@@ -212,12 +212,15 @@ def test_slurm_poll_switches_to_user_query_above_the_id_limit(clean: dict[str, s
     async def go() -> dict[Any, Any]:
         await ex.user()
         rec = Recorder(monkeypatch)
-        out = await ex._poll_remote(jobs)  # type: ignore[arg-type]
+        out = await ex.poll(jobs)  # type: ignore[arg-type]
         assert len(rec.calls) == 1
         ((argv, stdin, res),) = rec.calls
         script = argv[2]
         assert "--jobs=" not in script
-        assert f"--user={ex._user[0] if ex._user else ''}" in script and "--starttime=" in script
+        assert (
+            f"--user={ex.slurm.user_info[0] if ex.slurm.user_info else ''}" in script
+            and "--starttime=" in script
+        )
         assert sum(len(a) + 1 for a in argv) < 4096  # independent of the number of jobs
         assert stdin is not None and stdin.count(b"\n") == len(jobs)
         assert res.returncode == 0
@@ -227,7 +230,7 @@ def test_slurm_poll_switches_to_user_query_above_the_id_limit(clean: dict[str, s
         return out
 
     out = asyncio.run(go())
-    assert ex._accounting is not False
+    assert ex.slurm.accounting is not False
     upd = out[real]  # its sacct row was matched: FAILED with sacct's exit code
     assert (upd.state, upd.exit_code, upd.detail) == (JobState.FAILED, 3, "sacct")
     assert all(
