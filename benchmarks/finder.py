@@ -375,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=10000)
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--json", type=Path, help="also write every number to this file")
+    ap.add_argument(
+        "--no-live",
+        action="store_true",
+        help="skip the live clusters (discover on the sandbox, earliest_start over two clusters)",
+    )
     args = ap.parse_args(argv)
 
     strings = requirement_strings(args.strings)
@@ -470,6 +475,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  mean over all {syn['find_found'] + syn['find_missed']} calls: {_us(syn['find_all_mean'])}"
     )
+    import finder_live
+
+    discovered = finder_live.measure_discover_synthetic(args.nodes, args.partitions, args.runs)
+    live = None if args.no_live else finder_live.measure_live(args.runs)
+    results["discover"], results["live"] = discovered, live
+    failed |= not finder_live.report(discovered, live, _us)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 1 if failed else 0

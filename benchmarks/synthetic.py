@@ -64,6 +64,49 @@ def generate_scontrol_nodes(n_nodes: int = 10000, n_partitions: int = 100) -> st
     return "\n".join(_node(i, n_partitions) for i in range(n_nodes))
 
 
+def generate_scontrol_partitions(n_nodes: int = 10000, n_partitions: int = 100) -> str:
+    """``scontrol show partitions`` text for the nodes of :func:`generate_scontrol_nodes`: every
+    tenth partition restricted to an account, one hidden, one DOWN, the others open."""
+    members: list[list[str]] = [[] for _ in range(n_partitions)]
+    for i in range(n_nodes):
+        prefix = _TYPES[i % len(_TYPES)][0]
+        name = f"{prefix}-{i:05d}" + (f".rack{i % 7}" if i % 97 == 0 else "")
+        members[i % n_partitions].append(name)
+        if i % 25 == 0 and n_partitions > 1:
+            members[(i + 1) % n_partitions].append(name)
+    out = []
+    for p in range(n_partitions):
+        accounts = "proj1,proj2" if p % 10 == 5 else "ALL"
+        hidden = "YES" if p == n_partitions - 1 and p else "NO"
+        state = "DOWN" if p == 3 else "UP"
+        days = 1 + p % 7
+        out.append(
+            f"PartitionName=p{p:03d}\n"
+            f"   AllowGroups=ALL AllowAccounts={accounts} AllowQos=ALL\n"
+            f"   AllocNodes=ALL Default={'YES' if p == 0 else 'NO'} QoS=N/A\n"
+            f"   DefaultTime=01:00:00 DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden={hidden}\n"
+            f"   MaxNodes=UNLIMITED MaxTime={days}-00:00:00 MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED\n"
+            f"   Nodes={','.join(members[p])}\n"
+            f"   PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO\n"
+            f"   OverTimeLimit=NONE PreemptMode=OFF\n"
+            f"   State={state} TotalCPUs=0 TotalNodes={len(members[p])} SelectTypeParameters=NONE\n"
+            f"   JobDefaults=(null)\n"
+            f"   DefMemPerCPU=4000 MaxMemPerNode=UNLIMITED\n"
+        )
+    return "\n".join(out)
+
+
+#: ``sacctmgr -n -P show qos / assoc / user`` of a user with two accounts and five QoS.
+SACCTMGR_QOS = (
+    "normal|100||||\nhigh|1000|04:00:00||\nlong|10|7-00:00:00||PartitionTimeLimit\n"
+    "gpu|500||gres/gpu=1|\nlow|0|||\n"
+)
+SACCTMGR_ASSOC = (
+    "synth|proj1|alice||normal,high,long,gpu,low|normal\nsynth|proj3|alice||normal,low|normal\n"
+)
+SACCTMGR_USER = "alice|proj3\n"
+
+
 if __name__ == "__main__":
     args = [int(a) for a in sys.argv[1:3]]
     sys.stdout.write(generate_scontrol_nodes(*args))

@@ -75,6 +75,27 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
                 os.environ[k] = v
 
 
+#: What tests/cluster/start.sh sets up as a real site has it (partitions restricted, hidden and
+#: maint; QoS short, multigpu, extended; account physics): a sandbox started before they
+#: existed lacks them until it is restarted.
+SITE_CHECK = ["scontrol", "show", "partition", "restricted"]
+
+
+@pytest.fixture(scope="session")
+def site_cluster(slurm_cluster: dict[str, str]) -> dict[str, str]:
+    """The main cluster, with the site's restricted, hidden and DOWN partitions, QoS limits and
+    accounts (docs/testing.md); a sandbox started without them fails with what to do."""
+    done = subprocess.run(SITE_CHECK, capture_output=True, text=True, timeout=30, check=False)
+    if done.returncode != 0:
+        pytest.fail(
+            f"the sandbox in {slurm_cluster.get('CLUSTER_DIR')} was started before the site "
+            "additions of tests/cluster/start.sh (no partition 'restricted'): restart it "
+            "(bash tests/cluster/stop.sh; bash tests/cluster/start.sh)",
+            pytrace=False,
+        )
+    return slurm_cluster
+
+
 @pytest.fixture(scope="session")
 def slurm_env(slurm_cluster: dict[str, str]) -> dict[str, str]:
     """An environment for subprocesses that talk to the main cluster."""

@@ -11,7 +11,12 @@ export CLUSTER_DIR=${CLUSTER_DIR:-/tmp/slurm-sandbox}
 WORKERS=${PYTEST_WORKERS:-6}
 t0=$SECONDS
 stage() { echo "[run.sh $((SECONDS - t0))s] $*" >&2; }
-python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# Run the real interpreter, not a version manager's shim: pyenv's shim rehashes after every
+# `pip install` and fails the install when a stale lock file is left in its shims directory.
+# Console scripts installed here (launchers, lint-imports) are found in the interpreter's bin.
+PY=$(python3 -c 'import sys; print(sys.executable)')
+export PATH="$(dirname "$PY"):$PATH"
+"$PY" -m pip install --quiet --disable-pip-version-check -e '.[test]'
 stage "installed"
 started=0
 mypy_pid=
@@ -24,10 +29,10 @@ cleanup() {
 trap cleanup EXIT
 # ruff, lint-imports (the layer contract in pyproject.toml) and mypy need no cluster: mypy runs
 # while the cluster starts
-python3 -m ruff check src tests benchmarks
-python3 -m ruff format --check src tests benchmarks examples
+"$PY" -m ruff check src tests benchmarks
+"$PY" -m ruff format --check src tests benchmarks examples
 lint-imports --no-cache >/tmp/launchers-lint-imports.log 2>&1 || { cat /tmp/launchers-lint-imports.log; exit 1; }
-python3 -m mypy >/tmp/launchers-mypy.log 2>&1 &
+"$PY" -m mypy >/tmp/launchers-mypy.log 2>&1 &
 mypy_pid=$!
 bash tests/cluster/start.sh >/tmp/launchers-cluster.env
 # stop on exit only what this run started (a reused, already running cluster is left alone)
@@ -39,10 +44,10 @@ mypy_pid=
 cat /tmp/launchers-mypy.log
 stage "ruff, lint-imports and mypy clean"
 if [[ $# -gt 0 ]]; then
-  python3 -m pytest -q "$@"
+  "$PY" -m pytest -q "$@"
   exit
 fi
-python3 -m pytest -q -n "$WORKERS" --dist loadgroup -m "not timing"
+"$PY" -m pytest -q -n "$WORKERS" --dist loadgroup -m "not timing"
 stage "parallel tests passed"
-python3 -m pytest -q -m timing
+"$PY" -m pytest -q -m timing
 stage "timing tests passed"

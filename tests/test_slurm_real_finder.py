@@ -59,6 +59,11 @@ def converted_text(slurm_cluster: dict[str, str]) -> str:
     return proc.stdout
 
 
+#: what tests/cluster/start.sh adds as a real site has it: AllowAccounts=physics, Hidden=YES
+#: (every node), State=DOWN
+SITE_PARTITIONS = ("restricted", "hidden", "maint")
+
+
 def with_gpu_memory(text: str, how: str) -> LaunchersConfig:
     doc: dict[str, Any] = yaml.safe_load(text)
     if how == "regex":
@@ -68,16 +73,24 @@ def with_gpu_memory(text: str, how: str) -> LaunchersConfig:
     return load_config_text(yaml.safe_dump(doc, sort_keys=False), f"converted-{how}.yaml")
 
 
-def test_converted_output_describes_the_cluster(converted_text: str) -> None:
+def test_converted_output_describes_the_cluster(
+    converted_text: str, site_cluster: dict[str, str]
+) -> None:
     (group,) = load_config_text(converted_text, "converted.yaml").groups
     assert isinstance(group, SlurmGroup)
     parts = {p.name: p for p in group.partitions}
-    assert set(parts) == {"debug", "gpu", "long"}
+    # without --partitions, the site's restricted, hidden and DOWN partitions look like others;
+    # the hidden one holds every node (a catch-all): written last
+    assert set(parts) == {"debug", "gpu", "long", *SITE_PARTITIONS}
+    assert list(parts)[-1] == "hidden"
     hosts = {p: sorted(h for ng in parts[p].nodes for h in ng.hosts) for p in parts}
     assert hosts == {
         "debug": ["cpu01", "gpu01", "gpu02"],
         "gpu": ["gpu-a100-01", "gpu-a100-02", "gpu01", "gpu02"],
         "long": ["cpu-big-01", "cpu01"],  # FUTURE nodes are not in plain `show nodes`
+        "restricted": ["cpu01"],
+        "maint": ["cpu01"],
+        "hidden": ["cpu-big-01", "cpu01", "gpu-a100-01", "gpu-a100-02", "gpu01", "gpu02"],
     }
     a100 = next(ng for ng in parts["gpu"].nodes if "A100" in ng.features)
     assert a100.configuration.gpu.count == 8 and a100.configuration.cpu.cores == 128
@@ -191,14 +204,21 @@ def queried(slurm_cluster: dict[str, str]) -> LaunchersConfig:
     return load_config_text(QUERY_YAML, "query.yaml")
 
 
-def test_query_reads_max_time_and_keeps_file_keys(queried: LaunchersConfig) -> None:
+def test_query_reads_max_time_and_keeps_file_keys(
+    queried: LaunchersConfig, site_cluster: dict[str, str]
+) -> None:
     (group,) = queried.groups
     assert isinstance(group, SlurmGroup)
     refreshed = query.refresh_group(group)
     parts = {p.name: p for p in refreshed.partitions}
+    # in scontrol's order, without the partitions root may not use (hidden; restricted to an
+    # account, and query_slurm does not ask the accounts); the DOWN one kept, disabled
     assert [p.name for p in refreshed.partitions] == [
-        p.name for p in parse_partitions(scontrol("show", "partitions"))
+        p.name
+        for p in parse_partitions(scontrol("show", "partitions"))
+        if p.name not in ("restricted", "hidden")
     ]
+    assert parts["maint"].disabled and not parts["debug"].disabled
     assert parts["debug"].configuration.max_duration == 3600
     assert parts["gpu"].configuration.max_duration == 86400
     assert parts["long"].configuration.max_duration == 7 * 86400
@@ -257,8 +277,8 @@ def test_query_slurm_errors_name_the_group(slurm_cluster: dict[str, str], tmp_pa
 
 
 @pytest.mark.ssh
-def test_query_slurm_over_ssh(slurm_cluster: dict[str, str], tmp_path: Any) -> None:
-    c = slurm_cluster
+def test_query_slurm_over_ssh(site_cluster: dict[str, str], tmp_path: Any) -> None:
+    c = site_cluster
     (tmp_path / "launchers.yaml").write_text(f"""\
 connectors:
   ssh:
@@ -282,6 +302,7 @@ slurm:
         ("debug", 0, 3600),
         ("gpu", 3, 86400),
         ("long", 0, 7 * 86400),
+        ("maint", 0, 3600),  # State=DOWN: kept, disabled (restricted and hidden left out)
     ]
     launcher = find_launcher("duration=2h & cuda()*2", config=cfg)
     assert launcher.options.partition == "gpu"

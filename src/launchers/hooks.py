@@ -11,16 +11,18 @@ a higher layer, by name, and only once per process; a test may ``install`` other
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from .config.model import SlurmGroup
+    from .config.model import LaunchersConfig, SlurmGroup
     from .jobs.job import Job
     from .jobs.record import StateRecord
     from .jobs.task import Task
     from .launcher import Launcher
     from .runtime.executor import Executor
+    from .slurm.testonly import Answer
 
 
 class Services(Protocol):
@@ -45,6 +47,13 @@ class Services(Protocol):
 
     def refresh_group(self, group: SlurmGroup) -> SlurmGroup:
         """The Slurm group as ``scontrol`` describes it now (finder, ``query_slurm``)."""
+        ...
+
+    def estimate_starts(
+        self, asks: Sequence[tuple[SlurmGroup, list[str]]], config: LaunchersConfig
+    ) -> list[Answer]:
+        """``sbatch --test-only`` of each (group, sbatch arguments), concurrently, each within
+        ``config.estimate_timeout`` (the finder's ``earliest_start`` strategy)."""
         ...
 
 

@@ -7,6 +7,7 @@ Each operation looks its function up when called, so a test that patches one of 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,11 +15,12 @@ from . import registry
 from .jobs import job as jobs
 
 if TYPE_CHECKING:
-    from .config.model import SlurmGroup
+    from .config.model import LaunchersConfig, SlurmGroup
     from .jobs.record import StateRecord
     from .jobs.task import Task
     from .launcher import Launcher
     from .runtime.executor import Executor
+    from .slurm.testonly import Answer
 
 
 class DefaultServices:
@@ -41,6 +43,14 @@ class DefaultServices:
         from .slurm import query
 
         return query.refresh_group(group)
+
+    def estimate_starts(
+        self, asks: Sequence[tuple[SlurmGroup, list[str]]], config: LaunchersConfig
+    ) -> list[Answer]:
+        # lazy: sbatch --test-only (connectors, the loop) only for the earliest_start strategy
+        from .slurm import testonly
+
+        return testonly.ask_all(asks, config)
 
 
 DEFAULT = DefaultServices()

@@ -31,6 +31,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="say why every group and partition was or was not chosen",
     )
+    p.add_argument(
+        "--strategy",
+        choices=("order", "earliest_start"),
+        default=None,
+        help="how to pick among the groups that can run it: order (weight, then file order) or "
+        "earliest_start (where Slurm expects it to start first); default: the file's strategy:",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -70,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_of(args.config)
     tags = args.tags or ()
     try:
-        launcher = find_launcher(*args.specs, tags=tags, config=config)
+        launcher = find_launcher(*args.specs, tags=tags, config=config, strategy=args.strategy)
     except LauncherNotFoundError as e:
         print(f"launchers: {e}", file=sys.stderr)
         return 1
@@ -79,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(launcher_text(launcher))
     if args.explain:
-        result = explain_search(*args.specs, tags=tags, config=config)
+        result = explain_search(*args.specs, tags=tags, config=config, strategy=args.strategy)
         out = sys.stderr if args.json else sys.stdout
         print(result.explanation.text(), file=out)
     return 0

@@ -12,7 +12,9 @@ from ..errors import LaunchersError
 
 def register(subparsers: Any) -> None:
     """Add the ``slurm`` command group and its ``convert`` subcommand."""
-    parser = subparsers.add_parser("slurm", help="Slurm helpers (convert scontrol output)")
+    parser = subparsers.add_parser(
+        "slurm", help="Slurm helpers (convert scontrol output, discover a live cluster)"
+    )
     sub = parser.add_subparsers(dest="slurm_command", metavar="SUBCOMMAND")
     convert = sub.add_parser(
         "convert",
@@ -63,6 +65,10 @@ def register(subparsers: Any) -> None:
         "partitions restricted to some accounts are left out)",
     )
     convert.set_defaults(func=run_convert)
+    # lazy: a command's own modules load only when it runs
+    from .discover import register as register_discover
+
+    register_discover(sub)
     parser.set_defaults(func=lambda args: _usage(parser))
 
 

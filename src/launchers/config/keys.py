@@ -54,6 +54,9 @@ def _k(kind: str, doc: str, default: Any = None, **kw: Any) -> Key:
     return Key(kind, doc, default, **kw)
 
 
+#: ``find_launcher(strategy=...)`` and the top-level ``strategy:`` (finder.md "Strategies").
+STRATEGIES = ("order", "earliest_start")
+
 _CONFIGURATION_CPU: dict[str, Key] = {
     "cores": _k("int", "CPU cores of one node", minimum=0),
     "memory": _k("size", "memory of one node (e.g. 256G)"),
@@ -307,6 +310,21 @@ _TOP: dict[str, Key] = {
         "section", "connectors (also read from connectors.yaml)", section="connectors"
     ),
     "tokens": _k("tokens", "counter tokens {NAME: COUNT} (also read from tokens.yaml)", {}),
+    "strategy": _k(
+        "enum",
+        "how find_launcher picks among groups: order (weight, then file order) or "
+        "earliest_start (where Slurm expects the job to start first; finder.md)",
+        "order",
+        choices=STRATEGIES,
+    ),
+    "estimate": _k(
+        "section", "start-time estimates of the earliest_start strategy", section="estimate"
+    ),
+}
+
+_ESTIMATE: dict[str, Key] = {
+    "timeout": _k("seconds", "longest wait for one cluster's estimate (sbatch --test-only)", "5s"),
+    "cache": _k("seconds", "how long an estimate is reused", "30s"),
 }
 
 _TOKENS_FILE: dict[str, Key] = {
@@ -341,6 +359,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
     "connectors": _CONNECTORS,
     "tokens_file": _TOKENS_FILE,
     "countertoken": _COUNTERTOKEN,
+    "estimate": _ESTIMATE,
 }
 
 #: experimaestro 1.5.7's class for each section it read, for messages saying what it did with

@@ -392,8 +392,14 @@ def _load(
             if group is not None:
                 groups.append(group)
     reader.raise_if_any()
+    estimate = top.get("estimate")
     return LaunchersConfig(
-        groups=tuple(groups), connectors=builder.connectors, tokens=builder.tokens
+        groups=tuple(groups),
+        connectors=builder.connectors,
+        tokens=builder.tokens,
+        strategy=top.get("strategy", "order"),
+        estimate_timeout=float(estimate.get("timeout", 5)) if isinstance(estimate, Sec) else 5.0,
+        estimate_cache=float(estimate.get("cache", 30)) if isinstance(estimate, Sec) else 30.0,
     )
 
 

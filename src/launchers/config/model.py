@@ -323,6 +323,11 @@ class LaunchersConfig:
     connectors: Mapping[str, SSHConnectorConfig] = attrs.field(factory=dict, hash=False)
     tokens: Mapping[str, int] = attrs.field(factory=dict, hash=False)
     path: Path | None = None
+    #: how find_launcher picks among groups (``order`` or ``earliest_start``), and the bounds
+    #: of the start-time estimates (seconds)
+    strategy: str = "order"
+    estimate_timeout: float = 5.0
+    estimate_cache: float = 30.0
 
     @property
     def is_empty(self) -> bool:

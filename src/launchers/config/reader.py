@@ -252,7 +252,7 @@ class Reader:
                     if name == "top":
                         what = (
                             f"unknown top-level key {raw_key!r} (launcher kinds: local, slurm, "
-                            "unicore, firecrest; also connectors, tokens)"
+                            "unicore, firecrest; also connectors, tokens, strategy, estimate)"
                         )
                     hint = did_you_mean(raw_key, list(table))
                     if hint:

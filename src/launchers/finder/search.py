@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
 
+from ..config.keys import STRATEGIES
 from ..config.model import (
     FirecrestGroup,
     Group,
@@ -24,6 +26,7 @@ from ..language.values import HostRequirement, RequirementUnion
 from ..launcher import Launcher
 from ..units import mib_ceil, slurm_time
 from .choose import Merge, Selection, choice, select
+from .estimate import decide, estimate_all, group_label, reason, when
 from .explain import Explanation
 from .hosts import Candidate, GroupIndex, cached, cached_local_host, group_index
 from .match import fit, problems
@@ -503,13 +506,80 @@ def _search_quietly(
     return None
 
 
+def search_earliest(
+    alternatives: Sequence[HostRequirement],
+    config: LaunchersConfig,
+    tags: frozenset[str] = frozenset(),
+    explain: bool = False,
+) -> SearchResult:
+    """``find_launcher``'s search with the ``earliest_start`` strategy (a ``SearchResult``)."""
+    ex = Explanation() if explain else None
+    groups = ordered_groups(config)
+    if tags:
+        groups = tuple(g for g in groups if tags & set(g.tags))
+    if ex is not None:
+        ex.add(
+            "strategy earliest_start: the group where the job is expected to start first "
+            "(sbatch --test-only), ties and unknowns in today's order"
+        )
+        if not groups:
+            ex.add("no group to search" + (f" with tags {sorted(tags)}" if tags else ""))
+    for i, alt in enumerate(alternatives):
+        if ex is not None:
+            ex.add(f"alternative {i}: {alt}")
+        found: list[tuple[Group, Launcher]] = []
+        for group in groups:
+            launcher = _try_group(group, i, alt, ex)
+            if launcher is not None:
+                found.append((group, launcher))
+        if not found:
+            continue
+        if len(found) == 1:
+            group, launcher = found[0]
+            if ex is not None:
+                ex.add(
+                    f"{group_label(group)} is the only group that can run it: no estimate asked", 1
+                )
+            return SearchResult(_batched(group, launcher), ex or Explanation())
+        now = time.time()
+        estimates = estimate_all(found, config, now)
+        labels = [group_label(g) for g, _ in found]
+        index = decide(estimates, now)
+        group, launcher = found[index]
+        if ex is not None:
+            ex.add("expected starts:", 1)
+            for label, e in zip(labels, estimates, strict=True):
+                where = f", partition {e.partition} on {e.nodes}" if e.partition else ""
+                ago = round(now - e.asked)
+                reused = f", asked {ago} s ago" if ago >= 1 else ""
+                ex.add(f"{label}: {when(e, now)} ({e.how}{where}{reused})", 2)
+            ex.add(f"chosen: {labels[index]}: {reason(estimates, labels, now)}", 1)
+            if i + 1 < len(alternatives):
+                ex.add(
+                    f"alternatives {i + 1}..{len(alternatives) - 1}: not tried, alternative {i} fits"
+                )
+        return SearchResult(_batched(group, launcher), ex or Explanation())
+    return SearchResult(None, ex or Explanation())
+
+
+def _strategy(strategy: str | None, config: LaunchersConfig) -> str:
+    """The strategy asked for, else the configuration's (``order`` or ``earliest_start``)."""
+    if strategy is None:
+        return config.strategy
+    if strategy not in STRATEGIES:
+        raise LaunchersError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+    return strategy
+
+
 def find_launcher(
     *requirements: str | HostRequirement | RequirementUnion,
     tags: Iterable[str] | str | None = (),
     config: LaunchersConfig | str | os.PathLike[str] | None = None,
     default: Any = _MISSING,
+    strategy: str | None = None,
 ) -> Any:
-    """The launcher for the first alternative some group can run (groups by weight).
+    """The launcher for the first alternative some group can run (groups by weight; with
+    ``strategy="earliest_start"``, the group where it is expected to start first).
 
     Raises ``LauncherNotFoundError`` explaining every rejection, or returns ``default``."""
     if len(requirements) == 1 and requirements[0].__class__ in _VALUE_TYPES:
@@ -518,6 +588,13 @@ def find_launcher(
         alternatives = requirements_of(requirements)
     cfg = config if config.__class__ is LaunchersConfig else config_of(config)
     tagset = _NO_TAGS if tags is None or (tags.__class__ is tuple and not tags) else _tags_of(tags)
+    if (strategy or cfg.strategy) != "order" and _strategy(strategy, cfg) == "earliest_start":
+        launcher = search_earliest(alternatives, cfg, tagset).launcher
+        if launcher is not None:
+            return launcher
+        if default is not _MISSING:
+            return default
+        raise LauncherNotFound(alternatives, cfg, tagset)
     state = config_state(cfg)
     key = (tuple([_canonical(a) for a in alternatives]), tagset)
     launcher = state.found.get(key, _MISSING)
@@ -538,9 +615,16 @@ def explain_search(
     *requirements: str | HostRequirement | RequirementUnion,
     tags: Iterable[str] | str | None = (),
     config: LaunchersConfig | str | os.PathLike[str] | None = None,
+    strategy: str | None = None,
 ) -> SearchResult:
     """The search with its explanation (``launchers find --explain``)."""
-    return search(requirements_of(requirements), config_of(config), _tags_of(tags), explain=True)
+    cfg = config_of(config)
+    if _strategy(strategy, cfg) == "earliest_start":
+        result: SearchResult = search_earliest(
+            requirements_of(requirements), cfg, _tags_of(tags), explain=True
+        )
+        return result
+    return search(requirements_of(requirements), cfg, _tags_of(tags), explain=True)
 
 
 __all__ = ["LauncherNotFound", "LaunchersError", "explain_search", "find_launcher", "search"]

@@ -133,6 +133,11 @@ class SlurmPartition:
     allow_groups: tuple[str, ...] = ()
     deny_accounts: tuple[str, ...] = ()
     root_only: bool = False
+    deny_qos: tuple[str, ...] = ()
+    #: ``DefMemPerCPU``, ``MaxMemPerCPU`` and ``MaxMemPerNode`` in MiB (None = not set, or UNLIMITED)
+    def_mem_per_cpu: int | None = None
+    max_mem_per_cpu: int | None = None
+    max_mem_per_node: int | None = None
 
 
 #: What experimaestro 1.5.7's ``launchers slurm convert`` (and its ``query_slurm``) did, for
@@ -587,9 +592,21 @@ def parse_partitions(text: str, source: str = "<scontrol show partitions>") -> l
                 allow_groups=_listed(f.get("AllowGroups")),
                 deny_accounts=_listed(f.get("DenyAccounts")),
                 root_only=_bool(f.get("RootOnly")),
+                deny_qos=_listed(f.get("DenyQos")),
+                def_mem_per_cpu=_mib(f, "DefMemPerCPU", rec, source),
+                max_mem_per_cpu=_mib(f, "MaxMemPerCPU", rec, source),
+                max_mem_per_node=_mib(f, "MaxMemPerNode", rec, source),
             )
         )
     return out
+
+
+def _mib(fields: dict[str, str], key: str, rec: Record, source: str) -> int | None:
+    """A memory limit in MiB as scontrol prints it; ``UNLIMITED`` (or 0) is None."""
+    value = fields.get(key)
+    if value is None or value.upper() == "UNLIMITED":
+        return None
+    return _int(fields, key, rec, source) or None
 
 
 #: Most names one hostlist may expand to (``n[0-99999999]`` is a typo, not a cluster).
