@@ -1,5 +1,5 @@
 """``SlurmCluster``: runs the Slurm commands of one executor, on this machine or through a
-connector (docs/slurm.md, "Slurm over SSH"), and remembers what it learnt of the cluster: its
+connector (docs/slurm.md, "Over a connector"), and remembers what it learnt of the cluster: its
 name, the user, whether accounting works, ``MaxArraySize``. The command lines come from
 ``slurm.commands``."""
 

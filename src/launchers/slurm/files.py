@@ -1,5 +1,5 @@
 """``JobFiles``: the Slurm executor's one seam to a job's files on the cluster side (docs/slurm.md,
-"Slurm over SSH"): where the job directory is, staging it, writing scripts, reading ``job.rc``
+"Over a connector"): where the job directory is, staging it, writing scripts, reading ``job.rc``
 and the output banner, copying the outputs home. On this machine the job directory is the
 local one; through a connector it is under the connector's ``workdir`` (recorded as
 ``remote_dir``). Everything else of the executor reaches files through this object, so a
