@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone, as root on Debian 12:
-#   installs the package with its test tools, starts the real Slurm cluster and sshd
-#   (tests/cluster/start.sh), runs ruff, lint-imports, mypy and pytest, and stops what it started.
+#   installs the package with its test tools (selenium among them) and headless Chromium
+#   (tests/browser/install.sh), starts the real Slurm cluster and sshd (tests/cluster/start.sh),
+#   runs ruff, lint-imports, mypy and pytest, and stops what it started.
 # Most tests wait on Slurm, sshd or a loopback server rather than on the CPU, so pytest runs them
 # in parallel workers (pytest-xdist); tests marked `timing` assert wall-clock bounds and run
 # alone afterwards. Extra arguments go to one plain pytest run instead (docs/testing.md).
@@ -34,6 +35,8 @@ trap cleanup EXIT
 lint-imports --no-cache >/tmp/launchers-lint-imports.log 2>&1 || { cat /tmp/launchers-lint-imports.log; exit 1; }
 "$PY" -m mypy >/tmp/launchers-mypy.log 2>&1 &
 mypy_pid=$!
+# the monitor's page tests drive a headless Chromium (Debian's chromium and chromium-driver)
+bash tests/browser/install.sh
 bash tests/cluster/start.sh >/tmp/launchers-cluster.env
 # stop on exit only what this run started (a reused, already running cluster is left alone)
 grep -q '^# start.sh: reused' /tmp/launchers-cluster.env || started=1

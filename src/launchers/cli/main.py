@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "batch",
     "status",
     "clean",
+    "monitor",
 )
 
 
