@@ -251,3 +251,21 @@ def fresh_runtime() -> Iterator[Any]:
         yield runtime
     finally:
         runtime.reset()
+
+
+@pytest.fixture
+def slurm_tuning(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``slurm_tuning(fatal_confirm=3.0, ...)``: the Slurm executor's timings for this test
+    (``Runtime.tune``), the process's own again afterwards."""
+    import attrs
+
+    from launchers.runtime.core import current
+    from launchers.slurm.settings import SlurmTuning
+
+    def tune(**changes: Any) -> SlurmTuning:
+        runtime = current()
+        value = attrs.evolve(runtime.tuned(SlurmTuning), **changes)
+        monkeypatch.setitem(runtime.tunings, SlurmTuning, value)
+        return value
+
+    return tune

@@ -26,6 +26,13 @@ RUNTIME_AND_KINDS = (
     "launchers.runtime",
     "launchers.connectors",
     "launchers.slurm.executor",
+    "launchers.slurm.kind",
+    "launchers.slurm.cluster",
+    "launchers.slurm.files",
+    "launchers.slurm.submit",
+    "launchers.slurm.reconcile",
+    "launchers.slurm.arrays",
+    "launchers.slurm.track",
     "launchers.slurm.query",
     "launchers.local.executor",
     "launchers.local.processes",
@@ -58,6 +65,9 @@ DECISIONS = (
     "local/settings.py",
     "remote/decide.py",
     "batch/decide.py",
+    "slurm/decide.py",
+    "slurm/settings.py",
+    "slurm/commands.py",
 )
 STDLIB_IO = {"asyncio", "fcntl", "os", "shutil", "socket", "subprocess", "threading", "time"}
 

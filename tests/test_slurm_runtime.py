@@ -3,6 +3,7 @@ fatal pending reasons, re-attach and reconciliation by name (slurm-runtime.md §
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 import launchers.slurm.executor as sx
+import launchers.slurm.files as slurm_files
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
 from launchers.config.model import SlurmGroup
 from launchers.jobs.record import StateRecord, job_directory, now_iso, write_record
@@ -100,9 +102,9 @@ def test_rejection_fails_with_sbatch_message(cluster: dict[str, str], tmp_path: 
 
 
 def test_fatal_pending_reason_unrunnable(
-    cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: dict[str, str], tmp_path: Path, slurm_tuning: Any
 ) -> None:
-    monkeypatch.setattr(sx, "FATAL_CONFIRM", 3.0)
+    slurm_tuning(fatal_confirm=3.0)
     failed = subprocess.run(["sbatch", "--parsable", "-p", "debug", "-o", "/dev/null", "--wrap", "exit 1"],
                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     deadline = time.time() + 30
@@ -126,11 +128,11 @@ def test_fatal_pending_reason_unrunnable(
 
 
 def test_dependency_failing_later_is_unrunnable(
-    cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: dict[str, str], tmp_path: Path, slurm_tuning: Any
 ) -> None:
     """The job it depends on fails after the submission: slurmdbd keeps the reason it was
     recorded with (Dependency), slurmctld says DependencyNeverSatisfied: the job ends UNRUNNABLE."""
-    monkeypatch.setattr(sx, "FATAL_CONFIRM", 3.0)
+    slurm_tuning(fatal_confirm=3.0)
     first = subprocess.run(["sbatch", "--parsable", "-p", "debug", "-o", "/dev/null", "--wrap", "sleep 4; exit 1"],
                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     L = make_launcher().config(sbatch_options={"dependency": f"afterok:{first}"})
@@ -219,9 +221,9 @@ def fabricate(workdir: Path, argv: list[str], native_id: str, *, rc: dict[str, A
 
 
 def test_purged_jobs_decided_by_job_rc(
-    cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: dict[str, str], tmp_path: Path, slurm_tuning: Any
 ) -> None:
-    monkeypatch.setattr(sx, "LOST_AFTER", 0.0)
+    slurm_tuning(lost_after=0.0)
     fabricate(tmp_path, ["purged-ok"], "9999001", rc={"rc": 0, "signal": None})
     fabricate(tmp_path, ["purged-bad"], "9999002", rc={"rc": 2, "signal": None})
     fabricate(tmp_path, ["purged-gone"], "9999003", rc=None)
@@ -408,14 +410,14 @@ def test_cancel_while_staging_submits_nothing(
 ) -> None:
     """A cancel that arrives while ``job.sh`` is still being written (slow over SSH) stops the
     submission before sbatch: no Slurm job runs that nothing follows (§4, §7)."""
-    real = sx.blocking
+    real = slurm_files.blocking
 
     async def slow(fn: Any, *args: Any, **kw: Any) -> Any:
         if args and str(args[0]).endswith("/job.sh"):
-            await sx.asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)
         return await real(fn, *args, **kw)
 
-    monkeypatch.setattr(sx, "blocking", slow)
+    monkeypatch.setattr(slurm_files, "blocking", slow)
     with pytest.raises(ExperimentFailed), experiment(tmp_path, make_launcher()):
         job = command(["sleep", "60"], name="stagecancel").submit()
         time.sleep(0.2)
@@ -452,7 +454,9 @@ def test_each_group_keeps_its_own_settings_on_a_shared_executor(
     assert "A=a B=unset" in ja.stdout_path.read_text()
     assert "A=unset B=b" in jb.stdout_path.read_text()
     ex = a.executor()
-    assert ex._group_of(jb).fatal_pending == "report" and ex._group_of(ja).fatal_pending == "cancel"
+    assert isinstance(ex, sx.SlurmExecutor)
+    assert ex.settings(jb.launcher).fatal_pending == "report"
+    assert ex.settings(ja.launcher).fatal_pending == "cancel"
 
 
 def test_tracking_settings_give_groups_their_own_executor(cluster: dict[str, str]) -> None:

@@ -89,7 +89,7 @@ def test_squeue_and_job_rc_without_accounting(noacct: dict[str, str], tmp_path: 
         long.cancel()
     ex = L.executor()
     assert isinstance(ex, sx.SlurmExecutor)
-    assert ex._accounting is False
+    assert ex.slurm.accounting is False
     assert ex.commands.get("sacct", 0) <= 1  # tried once, then squeue for the process lifetime
     assert ok.state is JobState.COMPLETED
     assert (bad.state, bad.exit_code) == (JobState.FAILED, 4)

@@ -410,7 +410,7 @@ def test_bad_script_values_raise_at_submit_before_any_record(
 def test_clean_env_wrapper_drops_what_sbatch_reads_as_options() -> None:
     """Over a connector, sbatch runs under a small sh wrapper that unsets SBATCH_*, SALLOC_*,
     SRUN_* and SLURM_* but SLURM_CONF there (§3), as the local path does in the child's env."""
-    from launchers.slurm.executor import _CLEAN_ENV
+    from launchers.slurm.commands import CLEAN_ENV as _CLEAN_ENV
 
     env = {"PATH": os.environ["PATH"], "SBATCH_TIMELIMIT": "5", "SALLOC_PARTITION": "p", "SRUN_CPUS_PER_TASK": "2",
            "SLURM_JOB_ID": "3", "SLURM_CONF": "/etc/slurm.conf", "KEEP": "a\nSBATCH_FAKE=1"}  # fmt: skip

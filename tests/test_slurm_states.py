@@ -224,7 +224,7 @@ def test_sbatch_options_checked() -> None:
 def test_unrunnable_reason_names_the_known_limit() -> None:
     """§6: the reason names the limit when the configuration knows it."""
     from launchers.config.model import Partition, QoS, ResourceConfig, SlurmGroup
-    from launchers.slurm.executor import limit_detail
+    from launchers.slurm.decide import limit_detail
     from launchers.slurm.options import SlurmOptions
 
     group = SlurmGroup(

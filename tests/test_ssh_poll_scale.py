@@ -26,6 +26,7 @@ from launchers.connectors.ssh import SSHConnector
 from launchers.jobs.proc import ProcessId
 from launchers.jobs.state import JobState as State
 from launchers.local.executor import RemoteDirectExecutor
+from launchers.slurm.settings import SlurmTuning
 from test_slurm_over_ssh import launcher, reset, write_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
@@ -142,7 +143,7 @@ def test_slurm_poll_of_1500_jobs_is_one_small_command(clean: dict[str, str], tmp
     async def go() -> dict[Any, Any]:
         await ex.user()  # read once, before counting
         rec = Recorder(monkeypatch)
-        out = await ex._poll_remote(jobs)  # type: ignore[arg-type]
+        out = await ex.poll(jobs)  # type: ignore[arg-type]
         assert len(rec.calls) == 1, [
             c[0][:2] for c in rec.calls if "@@squeue" not in " ".join(c[0])
         ]
@@ -206,17 +207,20 @@ def test_slurm_poll_switches_to_user_query_above_the_id_limit(clean: dict[str, s
     )
     real.directory.mkdir(parents=True)
     jobs.append(real)
-    assert len(",".join(j.native_id for j in jobs)) > sx.MAX_ID_LIST
+    assert len(",".join(j.native_id for j in jobs)) > SlurmTuning().max_id_list
 
     async def go() -> dict[Any, Any]:
         await ex.user()
         rec = Recorder(monkeypatch)
-        out = await ex._poll_remote(jobs)  # type: ignore[arg-type]
+        out = await ex.poll(jobs)  # type: ignore[arg-type]
         assert len(rec.calls) == 1
         ((argv, stdin, res),) = rec.calls
         script = argv[2]
         assert "--jobs=" not in script
-        assert f"--user={ex._user[0] if ex._user else ''}" in script and "--starttime=" in script
+        assert (
+            f"--user={ex.slurm.user_info[0] if ex.slurm.user_info else ''}" in script
+            and "--starttime=" in script
+        )
         assert sum(len(a) + 1 for a in argv) < 4096  # independent of the number of jobs
         assert stdin is not None and stdin.count(b"\n") == len(jobs)
         assert res.returncode == 0
@@ -226,7 +230,7 @@ def test_slurm_poll_switches_to_user_query_above_the_id_limit(clean: dict[str, s
         return out
 
     out = asyncio.run(go())
-    assert ex._accounting is not False
+    assert ex.slurm.accounting is not False
     upd = out[real]  # its sacct row was matched: FAILED with sacct's exit code
     assert (upd.state, upd.exit_code, upd.detail) == (JobState.FAILED, 3, "sacct")
     assert all(
@@ -235,9 +239,9 @@ def test_slurm_poll_switches_to_user_query_above_the_id_limit(clean: dict[str, s
 
 
 def test_slurm_over_ssh_end_to_end_with_the_user_query(clean: dict[str, str], tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                       monkeypatch: pytest.MonkeyPatch, slurm_tuning: Any) -> None:  # fmt: skip
     """A real run over SSH with the id list always "too long": states still come from sacct."""
-    monkeypatch.setattr(sx, "MAX_ID_LIST", 1)
+    slurm_tuning(max_id_list=1)
     rec = Recorder(monkeypatch)
     conf = write_config(tmp_path, clean, int(clean["CLUSTER_SSH_PORT"]), clean["CLUSTER_SSH_KNOWN_HOSTS"],
                         workdir=str(tmp_path / "remote"))  # fmt: skip

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 #: launcher kind -> module defining ``create_executor(launcher)``.
 KIND_MODULES: dict[str, str] = {
     "local": "launchers.local.executor",
-    "slurm": "launchers.slurm.executor",
+    "slurm": "launchers.slurm.kind",
     "unicore": "launchers.remote.unicore_executor",
     "firecrest": "launchers.remote.firecrest_kind",
     "ssh": "launchers.remote.ssh_executor",

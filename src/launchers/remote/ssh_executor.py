@@ -1,12 +1,14 @@
-"""``SSHSiteExecutor``: runs the jobs of an SSH site (remote-sites.md, "SSH sites").
+"""``SSHSiteExecutor``: runs the jobs of an SSH site (docs/remote-sites.md, "SSH sites").
 
-A ``SlurmExecutor`` whose connector is the SSH connector built from the site (Mantik's
-credential variables) instead of one named in ``launchers.yaml``: submission, tracking
-(sacct/squeue and ``job.rc`` in one SSH command per cycle), cancel and the copy of the outputs
-are the Slurm launcher's. What it adds: the project files (minus ``Exclude``) uploaded to the
-``project/`` sub-directory of the remote job directory, the ``Environment`` around the command
-(``bash -l``, for ``module``), ``job.out``/``job.err`` followed while the job runs, and the site
-kept in the record so that ``launchers status``/``cancel`` reach it again.
+The Slurm executor, composed with what an SSH site brings through its extension points
+(``launchers.slurm.executor``): the connection built from the site (Mantik's credential
+variables, checked before anything is recorded) instead of a connector named in
+``launchers.yaml``; a stager that records the site and uploads the project files (minus
+``Exclude``) to the ``project/`` sub-directory of the remote job directory; a script wrapper
+that runs the command inside the ``Environment`` (``bash -l``, for ``module``); outputs copied
+home under a lock, since ``job.out``/``job.err`` are also followed while the job runs
+(``sync_outputs``). Submission, tracking (sacct/squeue and ``job.rc`` in one SSH command per
+cycle) and cancel are the Slurm executor's own.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import attrs
 
 from ..connectors.base import Connector
 from ..errors import AuthenticationError, ConnectorError, LaunchersError
+from ..jobs.record import RcRecord
 from ..jobs.update import StateUpdate
 from ..runtime.loop import blocking
 from ..slurm.executor import SlurmExecutor
+from ..slurm.files import JobFiles
 from ..slurm.script import ScriptSpec
 from .environment import Environment, validate_environment
 from .outputs import RemoteOutputs, attached_payload
@@ -34,7 +38,6 @@ from .ssh_site import PROJECT_SUBDIR, SSHSite, SSHSiteGroup, SSHSiteLauncher
 
 if TYPE_CHECKING:
     from ..jobs.record import StateRecord
-    from ..jobs.task import Task
     from ..launcher import Launcher
     from ..protocols import JobHandle
 
@@ -73,37 +76,22 @@ def project_dir(remote: str) -> str:
     return f"{remote.rstrip('/')}/{PROJECT_SUBDIR}"
 
 
-class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
-    """Slurm over the SSH connection of one SSH site."""
+class SiteAccess:
+    """The connection to one SSH site: its connector, and the credentials checked first."""
 
-    kind = "ssh"
+    def __init__(self, site: SSHSite) -> None:
+        self.site = site
+        self._checked: set[int] = set()
 
-    def __init__(self, launcher: Launcher) -> None:
-        super().__init__(launcher)
-        self.site = _site_of(launcher)
-        self._credentials_checked: set[int] = set()
+    def connect(self) -> Connector:
+        # lazy: asyncssh (~0.3 s to import) only when the site is reached
+        from ..connectors.ssh import SSHConnector
 
-    def __repr__(self) -> str:
-        return f"<SSHSiteExecutor {self.site.address}>"
+        return SSHConnector(connector_config(self.site))
 
-    @property
-    def connector(self) -> Connector:
-        if self._connector is None:
-            # lazy: asyncssh (~0.3 s to import) only when the site is reached
-            from ..connectors.ssh import SSHConnector
-
-            self._connector = SSHConnector(connector_config(self.site))
-        return self._connector
-
-    @property
-    def is_local(self) -> bool:
-        return False
-
-    # -- submission -----------------------------------------------------------------------------
-
-    def validate(self, launcher: Launcher, task: Task) -> None:
-        """Credentials first (before anything is recorded), then the Slurm checks. A key is
-        decrypted once per value of the variables, not for every task."""
+    def check(self, launcher: Launcher) -> None:
+        """Credentials, before anything is recorded; a key is decrypted once per value of the
+        variables, not for every task."""
         site = _site_of(launcher)
         seen = hash(
             tuple(
@@ -111,120 +99,166 @@ class SSHSiteExecutor(SlurmExecutor, RemoteOutputs):
                 for n in (site.username_env, site.private_key_env, site.password_env)
             )
         )
-        if seen not in self._credentials_checked:
+        if seen not in self._checked:
             check_credentials(site)
-            self._credentials_checked.add(seen)
-        super().validate(launcher, task)
+            self._checked.add(seen)
 
-    async def _prepare_remote(self, job: JobHandle) -> str:
-        """The remote job directory (created, params.json copied), the site recorded, and the
-        project's files uploaded to its ``project/`` sub-directory."""
+
+class ProjectStager:
+    """Stages a job of the site: the site recorded, the remote job directory created (with
+    params.json), the project's files uploaded to its ``project/`` sub-directory."""
+
+    def __init__(self, site: SSHSite) -> None:
+        self.site = site
+
+    async def __call__(self, job: JobHandle, files: JobFiles) -> str:
         # lazy: asyncssh (~0.3 s to import) only when the site is reached
         from ..connectors.ssh import HostKeyError, SSHAuthenticationError
 
         if not job.record.extra.get("ssh_site"):
-            await blocking(job.apply, _site_update(self.site))
+            await blocking(job.apply, StateUpdate(extra={"ssh_site": self.site.to_record()}))
         try:
-            remote = await super()._prepare_remote(job)
+            remote = await files.prepare(job)
             payload = attached_payload(job.directory)
             target = project_dir(remote)
-            await self.connector.mkdir(target)
+            await files.mkdir(target)
             if payload is not None and payload.uploads:
-                await self._upload(payload.uploads, target)
+                await _upload(files, payload.uploads, target)
         except (SSHAuthenticationError, HostKeyError) as e:
             # not a transient failure (those are retried): the job fails at once with the reason
             raise AuthenticationError(str(e)) from None
         return remote
 
-    async def _upload(self, uploads: tuple[tuple[Path, str], ...], target: str) -> None:
-        """Each (local file, relative path) written under ``target``, a few at a time; the
-        executable bit is kept (a project's scripts stay runnable)."""
-        sem = asyncio.Semaphore(UPLOAD_CONCURRENCY)
 
-        async def one(local: Path, rel: str) -> None:
-            async with sem:
-                try:
-                    data, executable = await asyncio.to_thread(_read, local)
-                except OSError as e:
-                    raise LaunchersError(f"cannot read {local} to upload it: {e.strerror or e}")
-                await self.connector.write_file(
-                    f"{target}/{rel}", data, mode=0o755 if executable else 0o644
-                )
+async def _upload(files: JobFiles, uploads: tuple[tuple[Path, str], ...], target: str) -> None:
+    """Each (local file, relative path) written under ``target``, a few at a time; the
+    executable bit is kept (a project's scripts stay runnable)."""
+    sem = asyncio.Semaphore(UPLOAD_CONCURRENCY)
 
-        await asyncio.gather(*(one(Path(local), rel) for local, rel in uploads))
+    async def one(local: Path, rel: str) -> None:
+        async with sem:
+            try:
+                data, executable = await asyncio.to_thread(_read, local)
+            except OSError as e:
+                raise LaunchersError(f"cannot read {local} to upload it: {e.strerror or e}")
+            await files.write(f"{target}/{rel}", data, mode=0o755 if executable else 0o644)
 
-    def script_spec(self, job: JobHandle, launcher: Any) -> ScriptSpec:
-        """The Slurm job script of ``job``: its command runs in ``project/`` through the
-        ``Environment`` script (``bash -l -c``, so that ``module`` is defined)."""
-        spec = super().script_spec(job, launcher)
-        run_dir = project_dir(spec.job_dir)
-        payload = attached_payload(job.directory)
-        if payload is not None:
-            text = payload.script(run_dir)
-        else:
-            text = self._environment_script(launcher, spec, run_dir, spec.cwd)
-        return attrs.evolve(spec, argv=("bash", "-l", "-c", text), cwd=run_dir)
+    await asyncio.gather(*(one(Path(local), rel) for local, rel in uploads))
 
-    def _environment_script(
-        self, launcher: Any, spec: ScriptSpec, run_dir: str, cwd: str | None
-    ) -> str:
-        """An experiment task: its argv inside the group's ``Environment``."""
 
-        group = getattr(launcher, "group", None)
-        env = Environment()
-        if group is not None and getattr(group, "environment", None):
-            env = validate_environment(
-                group.environment, None, f"ssh.{group.label}.environment", site_kind="ssh"
-            )
-        command = shlex.join(spec.argv)
-        if cwd:  # the task's own working directory on the site
-            command = f"cd {shlex.quote(cwd)} && {command}"
-        resources = getattr(launcher, "resources", None)
-        return render_job_script(
-            JobScriptSpec(
-                environment=env,
-                command=command,
-                transport="ssh",
-                run_dir=run_dir,
-                job_name=spec.job_name,
-                cpus_per_node=getattr(resources, "cpus_per_node", None),
-                run_id=spec.task_id,
-            )
+def environment_script(job: JobHandle, launcher: Launcher, spec: ScriptSpec) -> ScriptSpec:
+    """The Slurm job script of ``job``: its command runs in ``project/`` through the
+    ``Environment`` script (``bash -l -c``, so that ``module`` is defined)."""
+    run_dir = project_dir(spec.job_dir)
+    payload = attached_payload(job.directory)
+    if payload is not None:
+        text = payload.script(run_dir)
+    else:
+        text = _environment_script(launcher, spec, run_dir, spec.cwd)
+    return attrs.evolve(spec, argv=("bash", "-l", "-c", text), cwd=run_dir)
+
+
+def _environment_script(launcher: Any, spec: ScriptSpec, run_dir: str, cwd: str | None) -> str:
+    """An experiment task: its argv inside the group's ``Environment``."""
+    group = getattr(launcher, "group", None)
+    env = Environment()
+    if group is not None and getattr(group, "environment", None):
+        env = validate_environment(
+            group.environment, None, f"ssh.{group.label}.environment", site_kind="ssh"
         )
+    command = shlex.join(spec.argv)
+    if cwd:  # the task's own working directory on the site
+        command = f"cd {shlex.quote(cwd)} && {command}"
+    resources = getattr(launcher, "resources", None)
+    return render_job_script(
+        JobScriptSpec(
+            environment=env,
+            command=command,
+            transport="ssh",
+            run_dir=run_dir,
+            job_name=spec.job_name,
+            cpus_per_node=getattr(resources, "cpus_per_node", None),
+            run_id=spec.task_id,
+        )
+    )
 
-    # -- outputs --------------------------------------------------------------------------------
 
-    async def _fetch_outputs(self, job: JobHandle) -> None:
-        """The final copy, never interleaved with ``sync_outputs`` appending to the same files."""
-        lock = job.runtime.setdefault("output_lock", asyncio.Lock())
-        async with lock:
-            await super()._fetch_outputs(job)
+async def fetch_outputs_locked(job: JobHandle, files: JobFiles) -> None:
+    """The final copy, never interleaved with ``sync_outputs`` appending to the same files."""
+    lock = job.runtime.setdefault("output_lock", asyncio.Lock())
+    async with lock:
+        await files.fetch_outputs(job)
+
+
+class SiteOutputs(RemoteOutputs):
+    """``job.out``/``job.err`` followed while a job of the site runs (``RemoteOutputs``)."""
+
+    def __init__(self, site: SSHSite, files: JobFiles) -> None:
+        self.site = site
+        self.files = files
 
     async def read_file(self, job: JobHandle, name: str, offset: int = 0) -> bytes | None:
         """The remote job directory's ``name`` from ``offset`` (None before it exists)."""
-        remote = self._job_dir(job)
+        remote = self.files.job_dir(job)
         if not remote or remote == str(job.directory):
             return None
         try:
-            return await self.connector.read_file(f"{remote}/{name}", offset=offset)
+            return await self.files.read(f"{remote}/{name}", offset=offset)
         except FileNotFoundError:
             return None
         except (OSError, ConnectorError) as e:
             raise ConnectorError(f"cannot read {name} of {job.task_id} on {self.site.address}: {e}")
 
 
+class SSHSiteExecutor(SlurmExecutor):
+    """Slurm over the SSH connection of one SSH site (see the module docstring)."""
+
+    kind = "ssh"
+
+    def __init__(self, launcher: Launcher) -> None:
+        site = _site_of(launcher)
+        access = SiteAccess(site)
+        super().__init__(
+            launcher,
+            connect=access.connect,
+            local=False,
+            check=access.check,
+            stager=ProjectStager(site),
+            script=environment_script,
+            outputs=fetch_outputs_locked,
+        )
+        self.site = site
+        self.followed = SiteOutputs(site, self.files)
+
+    def __repr__(self) -> str:
+        return f"<SSHSiteExecutor {self.site.address}>"
+
+    async def sync_outputs(self, job: JobHandle) -> int:
+        """Append what the remote ``job.out``/``job.err`` gained to the local copies."""
+        return await self.followed.sync_outputs(job)
+
+    async def read_file(self, job: JobHandle, name: str, offset: int = 0) -> bytes | None:
+        """The remote job directory's ``name`` from ``offset`` (None before it exists)."""
+        return await self.followed.read_file(job, name, offset)
+
+    async def fetch_rc(self, job: JobHandle) -> RcRecord | None:
+        """The remote ``job.rc`` (also written to the local job directory), or None."""
+        return await self.followed.fetch_rc(job)
+
+
 def _read(path: Path) -> tuple[bytes, bool]:
     return path.read_bytes(), os.access(path, os.X_OK)
 
 
-def _site_update(site: SSHSite) -> Any:
-    return StateUpdate(extra={"ssh_site": site.to_record()})
-
-
 __all__ = [
+    "ProjectStager",
     "SSHSiteExecutor",
+    "SiteAccess",
+    "SiteOutputs",
     "create_executor",
+    "environment_script",
     "executor_from_record",
     "executor_key",
+    "fetch_outputs_locked",
     "project_dir",
 ]

@@ -1,6 +1,7 @@
 """``Runtime``: everything of launchers that lives as long as the process and makes behaviour
 depend on its history: the background loop, the one executor per key, the one job per job
-directory, the stack of experiments, the connectors, the payloads of remote jobs, the clock.
+directory, the stack of experiments, the connectors, the payloads of remote jobs, the clock and
+the executors' tuning values (timings a test shortens with ``tune``).
 
 There is one current runtime (``current()``); ``reset()`` gives a test the state of a fresh
 process (``fresh_runtime`` in tests/conftest.py) without starting one. Pure memos of values
@@ -15,9 +16,11 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .loopthread import LoopThread
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from ..connectors.base import Connector
@@ -63,6 +66,19 @@ class Runtime:
         #: job directory -> what a remote job was submitted with (``launchers.remote.outputs``)
         self.payloads: dict[Path, Any] = {}
         self.payloads_lock = threading.Lock()
+        #: tuning class -> the value set with ``tune`` (others read their defaults)
+        self.tunings: dict[type, Any] = {}
+
+    def tuned(self, cls: type[T]) -> T:
+        """The tuning value of type ``cls`` (e.g. ``slurm.settings.SlurmTuning``): the one set
+        with ``tune``, else ``cls()``, its defaults."""
+        found = self.tunings.get(cls)
+        return cls() if found is None else found
+
+    def tune(self, value: Any) -> None:
+        """Use ``value`` as the tuning of its type from now on (executors created later read
+        it; a test sets short timings this way)."""
+        self.tunings[type(value)] = value
 
     def executor(self, key: Hashable, factory: Callable[[], Executor]) -> Executor:
         """The executor of ``key``, created by ``factory()`` on first use."""
@@ -113,6 +129,7 @@ class Runtime:
         self.forget_connectors()
         with self.payloads_lock:
             self.payloads.clear()
+        self.tunings.clear()
         for module_name, function in CACHE_CLEARERS:
             module = sys.modules.get(module_name)
             if module is not None:

@@ -6,11 +6,14 @@ returned apart, so that one bad line leaves only its own job unchanged.
 
 from __future__ import annotations
 
+import logging
 import re
 
 import attrs
 
-from ..errors import SubmissionError
+from ..errors import ConnectorError, SubmissionError
+
+log = logging.getLogger("launchers.slurm")
 
 # --- sbatch -----------------------------------------------------------------------------------
 
@@ -257,6 +260,63 @@ def parse_id_lines(stdout: str) -> list[str]:
     return out
 
 
+# --- rows: one job's line of sacct or squeue, as the executor's decisions read it --------------
+
+#: ``Row.source`` of a job whose line of output could not be read.
+UNREADABLE = "unreadable"
+_LEADING_ID = re.compile(r"\s*(\d+(?:_\d+)?)\s*$")
+
+
+@attrs.frozen
+class Row:
+    """One job's line, from sacct or squeue, normalised."""
+
+    job_id: str
+    state: str
+    reason: str | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    start: str | None = None
+    end: str | None = None
+    source: str = "sacct"
+
+
+def _unreadable(command: str, bad: list[str], any_read: bool) -> dict[str, Row]:
+    """Rows standing for the jobs named by lines that could not be read: those jobs stay
+    unchanged for the cycle, not taken for gone (docs/slurm.md, Tracking). Output with no
+    readable line at all is a failed query (``ConnectorError``): it changes nothing either."""
+    rows = [line for line in bad if "|" in line]  # not a message (over SSH stderr is merged)
+    if rows and not any_read:
+        raise ConnectorError(f"{command} printed nothing readable: {rows[0][:200]!r}")
+    out: dict[str, Row] = {}
+    for line in rows:
+        log.debug("unreadable %s line: %r", command, line)
+        for field in line.split("|")[:2]:  # JobIDRaw|JobID, or %A|%i
+            m = _LEADING_ID.match(field)
+            if m:
+                out[m.group(1)] = Row(m.group(1), "", source=UNREADABLE)
+    return out
+
+
+def sacct_rows(stdout: str) -> dict[str, Row]:
+    """The rows of sacct's output by job id (unreadable lines as ``UNREADABLE`` rows)."""
+    rows, bad = parse_sacct(stdout)
+    out = _unreadable("sacct", bad, bool(rows))
+    out.update(
+        (r.job_id, Row(r.job_id, r.state, r.reason, r.exit_code, r.exit_signal, r.start, r.end))
+        for r in rows
+    )
+    return out
+
+
+def squeue_rows(stdout: str) -> dict[str, Row]:
+    """The rows of squeue's output by job id (unreadable lines as ``UNREADABLE`` rows)."""
+    rows, bad = parse_squeue(stdout)
+    out = _unreadable("squeue", bad, bool(rows))
+    out.update((r.job_id, Row(r.job_id, r.state, r.reason, source="squeue")) for r in rows)
+    return out
+
+
 # --- scontrol / scancel -----------------------------------------------------------------------
 
 
@@ -287,7 +347,9 @@ __all__ = [
     "SQUEUE_FORMAT",
     "SUBMIT_LIMIT",
     "TRANSIENT",
+    "UNREADABLE",
     "ArrayRangeError",
+    "Row",
     "SacctRow",
     "SqueueRow",
     "classify_sbatch_error",
@@ -301,6 +363,8 @@ __all__ = [
     "parse_sbatch_id",
     "parse_squeue",
     "sacct_accounting_disabled",
+    "sacct_rows",
     "sbatch_message",
     "scancel_harmless",
+    "squeue_rows",
 ]
