@@ -18,6 +18,11 @@ stage() { echo "[run.sh $((SECONDS - t0))s] $*" >&2; }
 PY=$(python3 -c 'import sys; print(sys.executable)')
 export PATH="$(dirname "$PY"):$PATH"
 "$PY" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# Where login shells run `pyenv rehash` (root's .bashrc here: SSH commands, job scripts), a shell
+# killed mid-rehash (a cancelled job, a killed SSH session) leaves pyenv's lock file behind and
+# every later login shell waits 60 s for it: wait 5 s at most, and clear a lock older than a minute.
+export PYENV_REHASH_TIMEOUT=${PYENV_REHASH_TIMEOUT:-5}
+if [[ -n ${PYENV_ROOT:-} ]]; then find "$PYENV_ROOT/shims" -maxdepth 1 -name .pyenv-shim -mmin +1 -delete 2>/dev/null || true; fi
 stage "installed"
 started=0
 mypy_pid=
