@@ -1,4 +1,4 @@
-"""The Compute Backend Config (remote-sites.md §1): loading, every rule, the §1.5 Mantik defects."""
+"""The Compute Backend Config (docs/design/remote-sites.md §1): loading, every rule, the §1.5 Mantik defects."""
 
 from __future__ import annotations
 

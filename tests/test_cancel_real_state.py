@@ -1,4 +1,4 @@
-"""After a cancel request, the state recorded is the real one (slurm-runtime.md §7): a job that
+"""After a cancel request, the state recorded is the real one (docs/design/runtime.md §7): a job that
 failed on its own before the cancel reached it stays FAILED; one the cancel ended is CANCELLED."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The direct launcher end to end (slurm-runtime.md §1, §2, §10): real bash processes."""
+"""The direct launcher end to end (docs/design/runtime.md §1, §2, §10): real bash processes."""
 
 from __future__ import annotations
 

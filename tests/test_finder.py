@@ -1,4 +1,4 @@
-"""The finder: matching rules (finder.md §3), the search (§5), output options and soundness (§7)."""
+"""The finder: matching rules (docs/design/finder.md §3), the search (§5), output options and soundness (§7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Deviations from finder.md found by an audit, each checked here once fixed.
+"""Deviations from docs/design/finder.md found by an audit, each checked here once fixed.
 
 1. ``features_regex`` values are validated at load (§4), not at the first search.
 2. ``--exclude`` only holds hosts of partitions still listed (§5 soundness).
@@ -248,7 +248,7 @@ def test_group_label_is_its_index_within_its_kind(
     err = capsys.readouterr().err
     assert "local group local[0]:" in err and "local group local[1]:" in err
     assert "local[2]" not in err
-    # JSON "group" stays the index in the file, across kinds (finder.md §6)
+    # JSON "group" stays the index in the file, across kinds (docs/design/finder.md §6)
     assert main(["find", "cpu(cores=16)", "--config", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["group"] == 2
     # the label is how configuration errors name the group

@@ -1,4 +1,4 @@
-"""Tasks, identities, the state record and experiment rules (slurm-runtime.md §1, §2); fast."""
+"""Tasks, identities, the state record and experiment rules (docs/design/runtime.md §1, §2); fast."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def test_relative_cwd_is_refused() -> None:
 def test_params_json_holds_exactly_the_identity(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """slurm-runtime §2: params.json is ``{kind, target, params, env, cwd}``, nothing else."""
+    """docs/design/runtime.md §2: params.json is ``{kind, target, params, env, cwd}``, nothing else."""
     monkeypatch.setenv("LAUNCHERS_STATE_DIR", str(tmp_path / "state"))
     from launchers.config.model import LocalGroup
 

@@ -1,4 +1,4 @@
-"""The generic tracker (slurm-runtime.md §5): one poll per cycle for all jobs, adaptive
+"""The generic tracker (docs/design/runtime.md §5): one poll per cycle for all jobs, adaptive
 interval, failed queries change nothing, cancels batched. Uses a small in-memory executor."""
 
 from __future__ import annotations

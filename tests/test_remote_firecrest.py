@@ -1,5 +1,5 @@
 """firecREST v2 executor and ``launchers run`` against the loopback server on the real Slurm
-(remote-sites.md §3.3, §4.2, §5), with the real pyfirecrest client.
+(docs/design/remote-sites.md §3.3, §4.2, §5), with the real pyfirecrest client.
 
 Where the client and §4.2 differ, the client wins and the server follows it: pyfirecrest 3.10
 sends ``allusers=false`` on every jobs query and ``dereference=false`` on ``ops/stat`` (not in

@@ -1,4 +1,4 @@
-"""The remote ``job.sh`` (remote-sites.md §3.1), RUN with bash and shims for ``module``/``srun``,
+"""The remote ``job.sh`` (docs/design/remote-sites.md §3.1), RUN with bash and shims for ``module``/``srun``,
 and UNICORE's job description (§3.2)."""
 
 from __future__ import annotations
@@ -307,7 +307,7 @@ def test_firecrest_runs_in_its_directory(tmp_path: Path) -> None:
 
 
 def test_unicore_description() -> None:
-    """A raw job (remote-sites.md, "UNICORE: server behaviours we rely on and work around"): the
+    """A raw job (docs/remote-sites.md, "UNICORE: server behaviours we rely on and work around"): the
     resources travel as #SBATCH lines of the BSS file, never as UNICORE Resources."""
     env = validate_environment(
         {

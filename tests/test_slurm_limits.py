@@ -1,4 +1,4 @@
-"""The submit allowance of array chunks (slurm-runtime.md §8), from sacctmgr/squeue text: pure."""
+"""The submit allowance of array chunks (docs/design/runtime.md §8), from sacctmgr/squeue text: pure."""
 
 from __future__ import annotations
 

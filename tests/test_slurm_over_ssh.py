@@ -147,7 +147,7 @@ def test_job_tracked_across_an_sshd_outage(clean: dict[str, str], tmp_path: Path
 def test_array_sized_to_the_submit_allowance_over_ssh(
     clean: dict[str, str], tmp_path: Path
 ) -> None:
-    """slurm-runtime.md §8 over SSH: the allowance (sacctmgr + squeue, one remote command) sizes
+    """docs/design/runtime.md §8 over SSH: the allowance (sacctmgr + squeue, one remote command) sizes
     each chunk, so no sbatch is refused; the rest waits and goes in as elements leave."""
     import subprocess
 

@@ -1,5 +1,5 @@
 """The Slurm executor against the real cluster: submission, tracking, states, cancel, arrays,
-fatal pending reasons, re-attach and reconciliation by name (slurm-runtime.md §4-§8)."""
+fatal pending reasons, re-attach and reconciliation by name (docs/design/runtime.md §4-§8)."""
 
 from __future__ import annotations
 
@@ -257,7 +257,7 @@ def test_array(cluster: dict[str, str], tmp_path: Path) -> None:
 
 def test_array_block_keeps_each_launchers_options(cluster: dict[str, str], tmp_path: Path) -> None:
     """Tasks submitted in one array() block with two configurations of the launcher go in as one
-    array per configuration, each with its own options (slurm-runtime §8)."""
+    array per configuration, each with its own options (docs/design/runtime.md §8)."""
     L = make_launcher()
     short = L.config(time="00:02:00")
     with experiment(tmp_path, L), sx.array(L):

@@ -1,4 +1,5 @@
-"""The Slurm executor on a cluster WITHOUT accounting (squeue + job.rc, §5), and a slurmctld
+"""The Slurm executor on a cluster WITHOUT accounting (squeue + job.rc,
+docs/design/runtime.md §5), and a slurmctld
 outage while jobs run. Uses its own cluster instance (/tmp/slurm-noacct), never the shared one."""
 
 from __future__ import annotations

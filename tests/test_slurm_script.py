@@ -1,4 +1,4 @@
-"""The job script (§3): header, directive quoting, body quoting, environment policy, and the
+"""The job script (docs/design/runtime.md §3): header, directive quoting, body quoting, environment policy, and the
 script run by bash (and once by the real sbatch): values reach the job exactly, nothing runs."""
 
 from __future__ import annotations

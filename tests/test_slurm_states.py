@@ -1,4 +1,4 @@
-"""Slurm state mapping (§6), fatal pending reasons, and parsing of Slurm command output (§4, §5)."""
+"""Slurm state mapping (docs/design/runtime.md §6), fatal pending reasons, and parsing of Slurm command output (§4, §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Spec conformance of finder.md (§1-§7), through the public surface only.
+"""Spec conformance of docs/design/finder.md (§1-§7), through the public surface only.
 
 Every test checks one rule of docs/design/finder.md; its comment quotes the wording of the
 behaviour spec the rule was first written in. Only ``import launchers`` and the ``launchers``

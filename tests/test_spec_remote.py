@@ -1,4 +1,4 @@
-"""Spec conformance of remote-sites.md §1-§3: one small test per normative sentence (quoted in a
+"""Spec conformance of docs/design/remote-sites.md §1-§3: one small test per normative sentence (quoted in a
 comment above it), mostly pure; a few end to end against the loopback servers on the real Slurm."""
 
 from __future__ import annotations
@@ -356,7 +356,7 @@ def test_firecrest_sbatch_table(tmp_path: Path) -> None:
     assert ("ntasks", "16") in Resources(total_cpus=16).sbatch_options()
 
 
-# "Runtime: Mantik's <integer><unit> (s, m = minutes, h, d) or any finder.md duration; a bare number
+# "Runtime: Mantik's <integer><unit> (s, m = minutes, h, d) or any docs/design/finder.md duration; a bare number
 #  or several units (1h30m) is an error suggesting one (90m)."
 @pytest.mark.parametrize(
     ("text", "seconds"),
@@ -382,7 +382,7 @@ def test_runtime_errors(tmp_path: Path, text: str, expected: str) -> None:
     assert "Resources.Runtime" in line and expected in line
 
 
-# "Sizes use finder.md's units (K, M, G, T binary; KB, MB, GB decimal); no unit is an error; MiB are rounded up."
+# "Sizes use docs/design/finder.md's units (K, M, G, T binary; KB, MB, GB decimal); no unit is an error; MiB are rounded up."
 @pytest.mark.parametrize(
     ("text", "mib"),
     [
@@ -783,7 +783,7 @@ def test_login_commands_in_description(tmp_path: Path) -> None:
 def test_unicore_description_keys() -> None:
     env = validate_environment({"Variables": {"A": "1"}}, None)
     desc = unicore_description(name="train 3f2a/" + "x" * 80, environment=env, task_id="train-3f2a")
-    # resources travel in the BSS file of a raw job (remote-sites.md, "UNICORE: server behaviours")
+    # resources travel in the BSS file of a raw job (docs/remote-sites.md, "UNICORE: server behaviours")
     assert desc == {
         "Name": ("train_3f2a_" + "x" * 80)[:64],
         "Executable": "./job.sh",
@@ -949,7 +949,7 @@ def test_passed_environment() -> None:
         passed_environment(environ, ["UNSET_VARIABLE_X"])
 
 
-# "The run is a job (slurm-runtime.md §2) under --workdir (./launchers-runs)."
+# "The run is a job (docs/design/runtime.md §2) under --workdir (./launchers-runs)."
 def test_run_options_defaults() -> None:
     from launchers.cli.main import build_parser
 

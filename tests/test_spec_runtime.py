@@ -1,4 +1,4 @@
-"""Spec conformance of slurm-runtime.md through the public API only (QA review of issue 3).
+"""Spec conformance of docs/design/runtime.md through the public API only (QA review of issue 3).
 
 One small test per checkable normative sentence, quoted above it. Fast sentences use the direct
 launcher; the Slurm sentences use the real sandbox cluster (``slurm_cluster``). Sentences found

@@ -1,5 +1,5 @@
 """A poll cycle over SSH stays one remote command of bounded size whatever the number of jobs
-(spec slurm-runtime §5): the job directories go on the command's stdin, not in its argument
+(docs/design/runtime.md §5): the job directories go on the command's stdin, not in its argument
 (one argument is limited to 128 KiB on Linux), and sacct's id list gives way to
 ``--user=U --starttime=T`` above ``MAX_ID_LIST``. Run against the sandbox's real sshd and Slurm."""
 

@@ -1,4 +1,4 @@
-"""SSH sites of a Compute Backend Config (remote-sites.md, "SSH sites"): ``SSH: {Hostname, Port}``
+"""SSH sites of a Compute Backend Config (docs/remote-sites.md, "SSH sites"): ``SSH: {Hostname, Port}``
 read as Mantik 0.5 reads it, credentials from ``MANTIK_SSH_*``, and ``launchers run`` through the
 SSH connector and sbatch on the real sshd (127.0.0.1) and Slurm."""
 

@@ -1,4 +1,4 @@
-"""Counter tokens (slurm-runtime.md §11): across processes, dead holders, n > N, WAITING."""
+"""Counter tokens (docs/design/runtime.md §11): across processes, dead holders, n > N, WAITING."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def test_tokens_across_processes(tmp_path: Path) -> None:
 
 
 def test_more_than_total_in_the_file_loads_and_is_refused_at_submission(tmp_path: Path) -> None:
-    """slurm-runtime §11: n > N is an error at submission (N may still be raised), not at load."""
+    """docs/design/runtime.md §11: n > N is an error at submission (N may still be raised), not at load."""
     cfg = load_config(_config(tmp_path, total=2, need=3))
     launcher = DirectLauncher(group=cfg.groups[0])  # type: ignore[arg-type]
     with (

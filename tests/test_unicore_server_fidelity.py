@@ -1,4 +1,4 @@
-"""The loopback UNICORE site behaves as a stock UNICORE/X with its Slurm TSI (remote-sites.md,
+"""The loopback UNICORE site behaves as a stock UNICORE/X with its Slurm TSI (docs/remote-sites.md,
 "UNICORE: server behaviours we rely on and work around"), bugs included, driven by the real
 pyunicore 2.x client. The mapping of ``Resources`` is checked without Slurm; the rest runs jobs
 on the real local Slurm."""

@@ -1,4 +1,4 @@
-"""Our UNICORE client against what a stock site does (remote-sites.md, "UNICORE: server
+"""Our UNICORE client against what a stock site does (docs/remote-sites.md, "UNICORE: server
 behaviours we rely on and work around"): resources reach Slurm exactly through a raw job's BSS
 file, ranges never start past the end, 403 and 404 are understood, aborts wait for the batch
 job's end, file names arrive as written. Pure decisions first, then the loopback site on the

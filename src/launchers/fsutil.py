@@ -1,4 +1,4 @@
-"""Atomic file writes: a reader never sees half a file (slurm-runtime.md §2).
+"""Atomic file writes: a reader never sees half a file (docs/design/runtime.md §2).
 
 The data goes to a temporary name in the target's directory, is flushed and fsynced, renamed
 over the target, and the directory is fsynced so the rename itself survives a crash.

@@ -1,4 +1,4 @@
-"""The callable runner: ``python -m launchers.run DIR`` (slurm-runtime.md §2, §3).
+"""The callable runner: ``python -m launchers.run DIR`` (docs/design/runtime.md §2, §3).
 
 Reads ``DIR/params.json``, imports ``module:qualname``, calls it with the parameters, and
 writes ``result.json`` (when the value is plain JSON, a ``Path`` as ``{"$path": ...}``) or

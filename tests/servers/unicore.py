@@ -1,4 +1,4 @@
-"""A loopback UNICORE REST core (remote-sites.md §4.1) running its jobs on the real local Slurm.
+"""A loopback UNICORE REST core (docs/design/remote-sites.md §4.1) running its jobs on the real local Slurm.
 
 Like UNICORE's Slurm adapter it writes ``UNICORE_Job_ID`` (exports, ``cd``, ``chmod u+x``, the
 executable line, ``echo $? > UNICORE_SCRIPT_EXIT_CODE``) and ``bss_submit_ID`` (``#SBATCH``
@@ -36,7 +36,7 @@ from .common import (
 
 # -- UNICORE/X: the job description as the ``#TSI_`` lines of a submit command ---------------
 # (JSONParser.parseResourceRequest, UnitParser, TSIMessages.makeSubmitCommand and
-# appendTSIResourceSpec of UNICORE/X 2.7.0 to 3.0.0 and its HEAD; remote-sites.md, "UNICORE: server
+# appendTSIResourceSpec of UNICORE/X 2.7.0 to 3.0.0 and its HEAD; docs/remote-sites.md, "UNICORE: server
 # behaviours we rely on and work around")
 
 CAPACITY_UNITS = (

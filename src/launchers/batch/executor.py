@@ -1,4 +1,4 @@
-"""The pilot manager (batching.md §3.2, §3.6): publishes tasks in their shape's queue, submits
+"""The pilot manager (docs/design/batching.md §3.2, §3.6): publishes tasks in their shape's queue, submits
 pilots through the inner launcher's executor, and reads each task's state from the queue
 directory (one listing per subdirectory per cycle, whatever the number of tasks).
 

@@ -1,4 +1,4 @@
-"""The queue directory protocol over a connector (batching.md §3.3): the queue lives under the
+"""The queue directory protocol over a connector (docs/design/batching.md §3.3): the queue lives under the
 SSH connector's ``workdir``; publication goes through SFTP (temporary name + rename) and each
 manager cycle reads the whole queue with ONE remote command."""
 

@@ -16,7 +16,7 @@ KINDS = (
     "int",  # an integer (not a boolean), at least ``minimum`` when set
     "bool",
     "str",
-    "size",  # "16G": bytes (finder.md §1 units)
+    "size",  # "16G": bytes (docs/design/finder.md §1 units)
     "duration",  # "4 days": seconds
     "seconds",  # a timing setting: a duration ("30s", "2m") or a bare number of seconds
     "ratio",  # a number in [0, 1], kept exact
@@ -424,7 +424,7 @@ FORBIDDEN: dict[str, dict[str, str]] = {
 #: Named groups allowed in ``features_regex``.
 REGEX_GROUPS = ("cuda_count", "cuda_memory")
 
-#: sbatch options the launcher writes itself (slurm-runtime.md §3); refused in sbatch_options.
+#: sbatch options the launcher writes itself (docs/design/runtime.md §3); refused in sbatch_options.
 OWNED_SBATCH_OPTIONS = frozenset(
     {"job-name", "output", "error", "open-mode", "chdir", "export", "array", "parsable",
      "requeue", "no-requeue", "signal"}

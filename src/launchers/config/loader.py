@@ -1,4 +1,4 @@
-"""Find, read, validate and cache ``launchers.yaml`` (finder.md §4, §7).
+"""Find, read, validate and cache ``launchers.yaml`` (docs/design/finder.md §4, §7).
 
 ``load_config(config=None)`` looks for the file (argument, ``$LAUNCHERS_CONFIG``,
 ``~/.config/launchers/launchers.yaml``, ``~/.config/experimaestro/launchers.yaml``), reads
@@ -736,7 +736,7 @@ class _Builder:
     def regex_features(
         self, n: Sec, regexes: tuple[re.Pattern[str], ...], seen: dict[str, str | None]
     ) -> None:
-        """finder.md §4: the values ``features_regex`` reads from a node group's features
+        """docs/design/finder.md §4: the values ``features_regex`` reads from a node group's features
         (``cuda_count``, ``cuda_memory``) are checked at load, as the finder converts them
         (``model.regex_gpu``), each problem at the feature (``...nodes[0].features[1]``)."""
         for i, feature in enumerate(n.get("features", ())):

@@ -57,7 +57,7 @@ _WHOLE = re.compile(r"\s*([0-9]+)\s*\Z")
 
 
 def regex_gpu(found: Mapping[str, str | None]) -> GPUConfig:
-    """The GPU layer one ``features_regex`` match sets (finder.md §4, §7) from its named groups:
+    """The GPU layer one ``features_regex`` match sets (docs/design/finder.md §4, §7) from its named groups:
     ``cuda_count`` a whole number, ``cuda_memory`` a size with its unit. A group that did not
     take part in the match sets nothing. ``ValueError`` (with the reason) for a captured text
     that is not such a value; the loader reports it at load, with the feature's position."""
@@ -137,7 +137,7 @@ class QoS:
 
 @attrs.frozen
 class BatchOptions:
-    """The ``batch:`` mapping of a group (batching.md §3.1); durations in seconds."""
+    """The ``batch:`` mapping of a group (docs/design/batching.md §3.1); durations in seconds."""
 
     slots: int | None = None  # None = auto
     linger: int = 120
@@ -251,7 +251,7 @@ class SlurmGroup(GroupBase):
     fatal_pending: str = "cancel"  # cancel | report
     fatal_reasons_add: tuple[str, ...] = ()
     fatal_reasons_remove: tuple[str, ...] = ()
-    # requeue of resumable tasks and tracking (slurm-runtime.md §5, §9); None = the default
+    # requeue of resumable tasks and tracking (docs/design/runtime.md §5, §9); None = the default
     max_requeues: int | None = None  # 3
     resume_signal: str | None = None  # USR1
     resume_grace: int | None = None  # 120 s
@@ -288,7 +288,7 @@ Group = Union[LocalGroup, SlurmGroup, UnicoreGroup, FirecrestGroup]  # noqa: UP0
 
 @attrs.frozen
 class SSHConnectorConfig:
-    """``connectors: {ssh: {NAME: {...}}}`` (slurm-runtime.md §12); durations in seconds."""
+    """``connectors: {ssh: {NAME: {...}}}`` (docs/design/runtime.md §12); durations in seconds."""
 
     name: str
     hostname: str

@@ -1,7 +1,7 @@
 """Connector lookup by name: ``local`` or an SSH connector declared in ``launchers.yaml``.
 
 One instance per (configuration file, connector name) per process, so that every launcher
-and tracker using a connector shares its single SSH connection (slurm-runtime.md §12).
+and tracker using a connector shares its single SSH connection (docs/design/runtime.md §12).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 One connection per connector, opened lazily, shared by at most ``max_channels`` concurrent
 commands plus one SFTP channel; host keys checked against ``known_hosts`` with the
 ``strict_host_key_checking`` policy; reconnects with exponential backoff after a loss
-(slurm-runtime.md §12).
+(docs/design/runtime.md §12).
 """
 
 from __future__ import annotations

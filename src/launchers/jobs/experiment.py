@@ -1,4 +1,4 @@
-"""``with experiment(workdir, launcher=None, *, rerun_failed=True) as xp:`` (slurm-runtime.md §1).
+"""``with experiment(workdir, launcher=None, *, rerun_failed=True) as xp:`` (docs/design/runtime.md §1).
 
 The block's jobs are tracked; a normal exit waits for all of them and raises ``ExperimentFailed``
 listing each unsuccessful job; an exception or Ctrl-C leaves at once without cancelling anything

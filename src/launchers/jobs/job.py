@@ -1,4 +1,4 @@
-"""``Job``: one task's job in this process (slurm-runtime.md §1, §2), and the submit/re-attach
+"""``Job``: one task's job in this process (docs/design/runtime.md §1, §2), and the submit/re-attach
 decision taken under the job directory's ``.lock``.
 
 A ``Job`` owns the in-memory ``StateRecord`` and is the only writer of ``state.json``; executors
@@ -101,7 +101,7 @@ class Job:
 
     @property
     def pilot(self) -> str | None:
-        """Batched jobs: the native id of the pilot whose runner claimed the task (batching.md §3.1)."""
+        """Batched jobs: the native id of the pilot whose runner claimed the task (docs/design/batching.md §3.1)."""
         value = self._record.extra.get("pilot")
         return None if value is None else str(value)
 
@@ -188,7 +188,7 @@ class Job:
         tracker, ``launchers cancel``) may have recorded the end, or asked for a cancel. A cancel
         asked elsewhere turns an end it caused (a signal, no exit record) into ``CANCELLED``; a
         job that failed on its own with an exit code, or that Slurm ended otherwise, keeps its
-        real state (spec slurm-runtime §7)."""
+        real state (docs/design/runtime.md §7)."""
         new_state = update.state
         try:
             disk = read_record(self.directory)
@@ -265,7 +265,7 @@ class Job:
 
     def _write(self, record: StateRecord) -> None:
         # Every record is fsynced and renamed; the directory is fsynced for SUBMITTING only
-        # (slurm-runtime.md §4), which also makes the earlier renames in it durable. A later
+        # (docs/design/runtime.md §4), which also makes the earlier renames in it durable. A later
         # rename lost in a power cut leaves an older record, which reconciliation handles.
         # Files written before (params.json, the WAITING record, job.sh) without fsync are
         # fsynced first, so one group of fsyncs precedes sbatch instead of one per file.

@@ -1,4 +1,4 @@
-"""The job directory (slurm-runtime.md §2) and its state record ``state.json``.
+"""The job directory (docs/design/runtime.md §2) and its state record ``state.json``.
 
 Layout of ``<workdir>/jobs/<name>/<digest>/``: ``params.json``, ``job.sh``, ``job.out``,
 ``job.err``, ``job.rc``, ``state.json``, ``result.json`` | ``result.pickle`` | ``error.json``,
@@ -156,7 +156,7 @@ class RcRecord:
     def signalled(self) -> bool:
         """The wrapper saw a signal (it records one on TERM/INT, or when the task died of one):
         after a cancel request this tells a cancel that took effect from a job that had already
-        failed on its own, whose real state is kept (spec slurm-runtime §7)."""
+        failed on its own, whose real state is kept (docs/design/runtime.md §7)."""
         return self.signal is not None
 
 
@@ -207,7 +207,7 @@ def _history_entry(value: Any) -> tuple[str, str, str]:
 
 @attrs.frozen
 class StateRecord:
-    """The value stored in ``state.json`` (slurm-runtime.md §2).
+    """The value stored in ``state.json`` (docs/design/runtime.md §2).
 
     ``launcher``: {kind, group, connector, options (exact sbatch options), ...}.
     ``attempts``: one dict per *previous* attempt ({attempt, native_id, state, exit_code,

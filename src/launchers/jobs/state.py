@@ -1,4 +1,4 @@
-"""Job states (slurm-runtime.md §1): one vocabulary for every launcher kind."""
+"""Job states (docs/design/runtime.md §1): one vocabulary for every launcher kind."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tasks (slurm-runtime.md §1): a command line or a call of a module-level ``@task`` function.
+"""Tasks (docs/design/runtime.md §1): a command line or a call of a module-level ``@task`` function.
 
 A task is an immutable description; its identity (name + 16-hex digest of the canonical JSON of
 ``{kind, target, params, env, cwd}``) decides its job directory, so the same task submitted again

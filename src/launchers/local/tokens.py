@@ -1,4 +1,4 @@
-"""Counter tokens (slurm-runtime.md §11): at most N units of a named resource held at once by
+"""Counter tokens (docs/design/runtime.md §11): at most N units of a named resource held at once by
 the jobs of every process of this user, on this machine.
 
 State lives in ``$LAUNCHERS_STATE_DIR/tokens/NAME/`` (default

@@ -1,4 +1,4 @@
-"""The Compute Backend Config (Mantik's format, remote-sites.md §1): load, check, resolve the site.
+"""The Compute Backend Config (Mantik's format, docs/design/remote-sites.md §1): load, check, resolve the site.
 
 ``load_backend_config(path)`` reads YAML or JSON (by suffix), reports every problem with its
 position, and returns a ``BackendConfig`` value. The site comes from ``UnicoreApiUrl``,
@@ -494,5 +494,5 @@ def to_launcher(cfg: BackendConfig) -> Any:
 
 
 def from_backend_config(path: str | os.PathLike[str], account: str | None = None) -> Any:
-    """A launcher of its own for a standalone Compute Backend Config (remote-sites.md §2)."""
+    """A launcher of its own for a standalone Compute Backend Config (docs/design/remote-sites.md §2)."""
     return to_launcher(load_backend_config(path, account=account))

@@ -1,4 +1,5 @@
-"""The ``Environment`` block of a Compute Backend Config or of a unicore/firecrest group (§1.1).
+"""The ``Environment`` block of a Compute Backend Config or of a unicore/firecrest group
+(docs/design/remote-sites.md §1.1).
 
 ``validate_environment`` checks the structure (types, names, combinations) and returns an
 ``Environment`` value; checks that need the project directory (a local image or a relative

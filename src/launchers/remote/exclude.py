@@ -1,4 +1,4 @@
-"""``Exclude`` patterns of a Compute Backend Config (remote-sites.md §1.3) and the upload walk.
+"""``Exclude`` patterns of a Compute Backend Config (docs/design/remote-sites.md §1.3) and the upload walk.
 
 Patterns are gitignore-like and matched against POSIX paths relative to the project directory.
 Pure matching (``ExcludeRules``) is separate from the directory walk (``collect_uploads``).

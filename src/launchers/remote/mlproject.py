@@ -1,4 +1,4 @@
-"""MLproject entry points (remote-sites.md §3.4): load, take ``-P`` values, build the command.
+"""MLproject entry points (docs/design/remote-sites.md §3.4): load, take ``-P`` values, build the command.
 
 The file is read as MLflow reads it: found whatever the case of its name, any parameter type
 word, keys MLflow does not use ignored with a warning, a key written twice keeping its last

@@ -1,4 +1,4 @@
-"""A planned ``launchers run`` (remote-sites.md §3.4): everything decided before any I/O to a site.
+"""A planned ``launchers run`` (docs/design/remote-sites.md §3.4): everything decided before any I/O to a site.
 
 ``plan_run`` reads the project, the Compute Backend Config (or asks the finder), checks every
 input, and returns a ``RunPlan``: uploads and exclusions, the command, the job script and the
@@ -94,7 +94,7 @@ class RunPlan:
 
     @property
     def job_dir(self) -> Path:
-        """The local job directory (``slurm-runtime.md`` §2)."""
+        """The local job directory (``docs/design/runtime.md`` §2)."""
         return self.workdir / "jobs" / self.task.name / self.task.digest
 
     @property

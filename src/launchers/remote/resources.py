@@ -1,4 +1,5 @@
-"""The ``Resources`` block of a Compute Backend Config (§1.2): checked types, exact units.
+"""The ``Resources`` block of a Compute Backend Config
+(docs/design/remote-sites.md §1.2): checked types, exact units.
 
 Also the two renderings of it: UNICORE's ``Resources`` object and firecREST's sbatch options,
 and the reverse direction for a finder match (a Slurm-like launcher's options).
@@ -67,7 +68,7 @@ class Resources:
 
     def unicore(self, gpu_resource_name: str = "GPUsPerNode") -> dict[str, Any]:
         """These values as UNICORE's ``Resources`` object, keys that are set only. Not sent: a
-        stock site maps them wrongly, so runs are raw jobs with #SBATCH lines (remote-sites.md)."""
+        stock site maps them wrongly, so runs are raw jobs with #SBATCH lines (docs/design/remote-sites.md)."""
         out: dict[str, Any] = {}
         if self.queue is not None:
             out["Queue"] = self.queue

@@ -1,4 +1,4 @@
-"""What a remote run sends (remote-sites.md §3.1-§3.2): ``job.sh``, UNICORE's job description and
+"""What a remote run sends (docs/design/remote-sites.md §3.1-§3.2): ``job.sh``, UNICORE's job description and
 its ``BSS file``.
 
 Pure renderers: values in, text or JSON-ready dicts out. The script runs each step of the
@@ -271,7 +271,7 @@ UNICORE_BSS_FILE = "job.sbatch"
 
 
 def unicore_bss_file(name: str, sbatch: Sequence[tuple[str, str | bool]]) -> str:
-    """The ``BSS file`` of a UNICORE job of type ``raw`` (remote-sites.md, "UNICORE: server
+    """The ``BSS file`` of a UNICORE job of type ``raw`` (docs/remote-sites.md, "UNICORE: server
     behaviours we rely on and work around"): ``#SBATCH`` lines as for firecREST, with the job name
     and ``job.out``/``job.err`` relative to the working directory (sbatch runs there). The TSI
     appends the call of its own job script, which keeps UNICORE's exit-code handling."""
@@ -297,7 +297,7 @@ def unicore_description(
 ) -> dict[str, Any]:
     """UNICORE's job description (§3.2): a ``raw`` job whose resources are the ``#SBATCH``
     lines of :data:`UNICORE_BSS_FILE` (a stock site maps ``Resources`` wrongly, see
-    remote-sites.md), with only the keys that are set."""
+    docs/design/remote-sites.md), with only the keys that are set."""
     desc: dict[str, Any] = {
         "Name": job_name(name),
         "Executable": UNICORE_EXECUTABLE,

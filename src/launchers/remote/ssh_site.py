@@ -1,4 +1,4 @@
-"""SSH sites (remote-sites.md, "SSH sites"): a Slurm login node reached over SSH, as Mantik's
+"""SSH sites (docs/remote-sites.md, "SSH sites"): a Slurm login node reached over SSH, as Mantik's
 ``SSH: {Hostname, Port}`` Compute Backend Config describes it. Values only, no I/O.
 
 The job goes through the SSH connector and sbatch (``launchers.remote.ssh_executor``), with the

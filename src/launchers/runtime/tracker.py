@@ -1,4 +1,4 @@
-"""The generic poll loop (slurm-runtime.md §5): one per executor, one ``poll`` per cycle for all
+"""The generic poll loop (docs/design/runtime.md §5): one per executor, one ``poll`` per cycle for all
 its unfinished jobs, an adaptive interval, and failed queries that never fail a job.
 
 Interval: ``executor.poll_min`` after a submission or a state change, then x1.5 per quiet cycle

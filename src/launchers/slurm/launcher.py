@@ -69,7 +69,7 @@ class SlurmLikeLauncher(Launcher):
     export: str | None = None  # None: the group's
     env: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
     python: str | None = None
-    #: requeue settings of resumable tasks (slurm-runtime.md §9); None: the group's, else defaults
+    #: requeue settings of resumable tasks (docs/design/runtime.md §9); None: the group's, else defaults
     max_requeues: int | None = None
     resume_signal: str | None = None
     resume_grace: int | None = None

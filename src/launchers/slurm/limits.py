@@ -1,4 +1,4 @@
-"""The submit allowance of an array chunk (slurm-runtime.md §8): pure.
+"""The submit allowance of an array chunk (docs/design/runtime.md §8): pure.
 
 Slurm refuses a whole array when its elements would exceed the association's ``MaxSubmitJobs``
 or the QoS's ``MaxSubmitJobsPerUser``; each element counts as one job. Reading both limits with

@@ -1,6 +1,6 @@
 """Reading Slurm command output: sbatch ``--parsable``, sacct, squeue, array ranges, errors.
 
-Pure (slurm-runtime.md §4, §5, §8): text in, values out. Lines that cannot be read are
+Pure (docs/design/runtime.md §4, §5, §8): text in, values out. Lines that cannot be read are
 returned apart, so that one bad line leaves only its own job unchanged.
 """
 

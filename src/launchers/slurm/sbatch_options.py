@@ -124,7 +124,7 @@ FLAG_OPTIONS = frozenset(
 #: Every long option sbatch 22.05 knows (plus the short-form aliases people type).
 SBATCH_OPTIONS = VALUE_OPTIONS | OPTIONAL_VALUE_OPTIONS | FLAG_OPTIONS | {"wrap"}
 
-#: Written by the launcher itself (slurm-runtime.md §3).
+#: Written by the launcher itself (docs/design/runtime.md §3).
 LAUNCHER_OWNED = frozenset(
     [
         "job-name",

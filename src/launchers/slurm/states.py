@@ -1,4 +1,4 @@
-"""Slurm job states and pending reasons mapped to ``JobState`` names (slurm-runtime.md §6).
+"""Slurm job states and pending reasons mapped to ``JobState`` names (docs/design/runtime.md §6).
 
 Pure: text in, values out. States are returned as ``JobState`` member *names* so this module
 needs nothing from the jobs layer; the executor converts with ``JobState[name]``.
