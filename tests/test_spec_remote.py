@@ -1,5 +1,6 @@
-"""Spec conformance of docs/design/remote-sites.md §1-§3: one small test per normative sentence (quoted in a
-comment above it), mostly pure; a few end to end against the loopback servers on the real Slurm."""
+"""Spec conformance of docs/design/remote-sites.md §1-§3: one small test per rule (the comment
+above it quotes the rule's wording in the behaviour spec the page was first written from), mostly
+pure; a few end to end against the loopback servers on the real Slurm."""
 
 from __future__ import annotations
 

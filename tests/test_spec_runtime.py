@@ -1,6 +1,7 @@
 """Spec conformance of docs/design/runtime.md through the public API only (QA review of issue 3).
 
-One small test per checkable normative sentence, quoted above it. Fast sentences use the direct
+One small test per checkable rule of that page; the comment above it quotes the rule's wording
+in the behaviour spec the page was first written from. Fast sentences use the direct
 launcher; the Slurm sentences use the real sandbox cluster (``slurm_cluster``). Sentences found
 not to hold when this file was written are ``xfail(strict=True)`` with the observed behaviour as
 reason: the marker must go once the code is fixed.
