@@ -15,15 +15,26 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 DESIGN = DOCS / "design"
 
+
+def _ours(folder: Path, pattern: str) -> list[Path]:
+    """The files of ``folder`` matching ``pattern``, outside hidden folders (the benchmarks'
+    virtual environments, caches): only what the repository holds."""
+    return sorted(
+        p
+        for p in folder.rglob(pattern)
+        if not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+
+
 #: Where citations may appear: code, tests, benchmarks, examples and the documentation.
 SCANNED = [
-    *sorted((ROOT / "src").rglob("*.py")),
-    *sorted((ROOT / "tests").rglob("*.py")),
-    *sorted((ROOT / "tests").rglob("*.sh")),
-    *sorted((ROOT / "benchmarks").rglob("*.py")),
-    *sorted((ROOT / "examples").rglob("*.py")),
+    *_ours(ROOT / "src", "*.py"),
+    *_ours(ROOT / "tests", "*.py"),
+    *_ours(ROOT / "tests", "*.sh"),
+    *_ours(ROOT / "benchmarks", "*.py"),
+    *_ours(ROOT / "examples", "*.py"),
     ROOT / "README.md",
-    *sorted(DOCS.rglob("*.md")),
+    *_ours(DOCS, "*.md"),
 ]
 
 _MD = re.compile(r"\w\.md\b")
