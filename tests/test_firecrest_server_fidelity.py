@@ -1,5 +1,5 @@
 """The loopback firecREST v2 server against the real pyfirecrest client (docs/design/remote-sites.md §4.2),
-and staged uploads of files above ``max_ops_file_size`` (§3.3).
+and staged uploads of files above ``max_ops_file_size`` (docs/design/remote-sites.md §3.3).
 
 Shapes follow firecREST v2 (``ops/tail`` answers ``{content, contentType, startPosition,
 endPosition}``; ``ops/ls`` entries are parsed ``ls -l`` lines; ``ops/download`` is limited to

@@ -25,6 +25,8 @@ def connector(
 ) -> Iterator[LocalConnector]:
     """Both ways of following a command give the same results."""
     if request.param == "pidfd" and not local._PIDFD:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("this kernel gives no pidfds", pytrace=False)
         pytest.skip("this kernel gives no pidfds")
     monkeypatch.setattr(local, "_PIDFD", request.param == "pidfd")
     yield LocalConnector()

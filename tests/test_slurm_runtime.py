@@ -409,7 +409,7 @@ def test_cancel_while_staging_submits_nothing(
     cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A cancel that arrives while ``job.sh`` is still being written (slow over SSH) stops the
-    submission before sbatch: no Slurm job runs that nothing follows (§4, §7)."""
+    submission before sbatch: no Slurm job runs that nothing follows (docs/design/runtime.md §4, §7)."""
     real = slurm_files.blocking
 
     async def slow(fn: Any, *args: Any, **kw: Any) -> Any:
@@ -440,7 +440,7 @@ def test_each_group_keeps_its_own_settings_on_a_shared_executor(
     cluster: dict[str, str], tmp_path: Path
 ) -> None:
     """Two groups on one connector share an executor; each job still gets its own group's
-    ``env:`` (§3) and ``fatal_pending`` / ``lost_after`` (§6, §5)."""
+    ``env:`` (docs/design/runtime.md §3) and ``fatal_pending`` / ``lost_after`` (docs/design/runtime.md §6, §5)."""
     a = make_launcher(env={"FROM_A": "a"})
     b = SlurmLauncher(
         group=SlurmGroup(id="sb2", env={"FROM_B": "b"}, fatal_pending="report"),

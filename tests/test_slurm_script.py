@@ -341,7 +341,7 @@ def test_nasty_values_through_real_sbatch(
 @pytest.mark.parametrize(("attempt", "requeued"), [(1, True), (3, True), (4, False)])
 def test_requeue_counts_every_extra_attempt(tmp_path: Path, attempt: int, requeued: bool) -> None:
     """``max_requeues`` bounds the extra attempts of the task, also those the tracker made as new
-    Slurm jobs (§9): at attempt 4 with ``max_requeues=3`` the warning ends the job, no requeue."""
+    Slurm jobs (docs/design/runtime.md §9): at attempt 4 with ``max_requeues=3`` the warning ends the job, no requeue."""
     import signal
 
     from launchers.slurm.script import ScriptSpec as Spec
@@ -393,7 +393,7 @@ def test_requeue_counts_every_extra_attempt(tmp_path: Path, attempt: int, requeu
 def test_bad_script_values_raise_at_submit_before_any_record(
     tmp_path: Path, change: dict[str, object], message: str
 ) -> None:
-    """§3: a value no script can carry is a ``ScriptError`` from ``submit()``, naming the option,
+    """docs/design/runtime.md §3: a value no script can carry is a ``ScriptError`` from ``submit()``, naming the option,
     and nothing is recorded (no job directory), rather than a job that fails in the background."""
     from launchers import SlurmLauncher, command, experiment
     from launchers.config.model import SlurmGroup
@@ -409,7 +409,7 @@ def test_bad_script_values_raise_at_submit_before_any_record(
 
 def test_clean_env_wrapper_drops_what_sbatch_reads_as_options() -> None:
     """Over a connector, sbatch runs under a small sh wrapper that unsets SBATCH_*, SALLOC_*,
-    SRUN_* and SLURM_* but SLURM_CONF there (§3), as the local path does in the child's env."""
+    SRUN_* and SLURM_* but SLURM_CONF there (docs/design/runtime.md §3), as the local path does in the child's env."""
     from launchers.slurm.commands import CLEAN_ENV as _CLEAN_ENV
 
     env = {"PATH": os.environ["PATH"], "SBATCH_TIMELIMIT": "5", "SALLOC_PARTITION": "p", "SRUN_CPUS_PER_TASK": "2",

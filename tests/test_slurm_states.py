@@ -1,4 +1,4 @@
-"""Slurm state mapping (docs/design/runtime.md §6), fatal pending reasons, and parsing of Slurm command output (§4, §5)."""
+"""Slurm state mapping (docs/design/runtime.md §6), fatal pending reasons, and parsing of Slurm command output (docs/design/runtime.md §4, §5)."""
 
 from __future__ import annotations
 
@@ -222,7 +222,7 @@ def test_sbatch_options_checked() -> None:
 
 
 def test_unrunnable_reason_names_the_known_limit() -> None:
-    """§6: the reason names the limit when the configuration knows it."""
+    """docs/design/runtime.md §6: the reason names the limit when the configuration knows it."""
     from launchers.config.model import Partition, QoS, ResourceConfig, SlurmGroup
     from launchers.slurm.decide import limit_detail
     from launchers.slurm.options import SlurmOptions

@@ -206,7 +206,9 @@ class BatchExecutor(Executor):
             if shape.remote is None
             else await shape.remote.publish(entry)
         )
-        shape.longest = max(shape.longest, res.duration or 0.0)  # declared durations only (§3.2)
+        shape.longest = max(
+            shape.longest, res.duration or 0.0
+        )  # declared durations only (docs/design/batching.md §3.2)
         shape.jobs[job.task_id] = job
         job.apply(
             StateUpdate(

@@ -415,7 +415,7 @@ def registered_job(directory: Path) -> Job | None:
 
 
 def submit_task(task: Task, launcher: Launcher | None = None, *, force: bool = False) -> Job:
-    """``Task.submit``: record the job under ``.lock`` and queue its submission (§1, §2)."""
+    """``Task.submit``: record the job under ``.lock`` and queue its submission (docs/design/runtime.md §1, §2)."""
     xp = current_experiment()
     if launcher is None and xp is not None:
         launcher = xp.launcher

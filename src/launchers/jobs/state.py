@@ -22,8 +22,8 @@ class JobState(str, enum.Enum):
     PREEMPTED = "PREEMPTED"
     BOOT_FAIL = "BOOT_FAIL"
     DEADLINE = "DEADLINE"
-    UNRUNNABLE = "UNRUNNABLE"  # fatal pending reason (§6)
-    LOST = "LOST"  # no scheduler record and no exit record (§5)
+    UNRUNNABLE = "UNRUNNABLE"  # fatal pending reason (docs/design/runtime.md §6)
+    LOST = "LOST"  # no scheduler record and no exit record (docs/design/runtime.md §5)
 
     @property
     def is_final(self) -> bool:

@@ -133,7 +133,7 @@ class Task:
         return tuple(self.target) if self.kind == KIND_COMMAND else None
 
     def params_json(self) -> dict[str, Any]:
-        """The content of ``params.json``: exactly ``{kind, target, params, env, cwd}`` (§2), what
+        """The content of ``params.json``: exactly ``{kind, target, params, env, cwd}`` (docs/design/runtime.md §2), what
         the digest covers (the name is the directory's parent; resumable lives in the script)."""
         return self.identity()
 
@@ -141,7 +141,7 @@ class Task:
         """Record the job and queue its submission (does not wait for the scheduler).
 
         Uses ``launcher``, else the current experiment's. A task already submitted in this
-        process returns the same ``Job``; a finished directory is re-attached (§2)."""
+        process returns the same ``Job``; a finished directory is re-attached (docs/design/runtime.md §2)."""
         return services().submit_task(self, launcher, force=force)
 
 

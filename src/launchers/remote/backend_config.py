@@ -157,7 +157,7 @@ def _read(path: Path) -> Any:
 
 
 def _load_with_key_paths(text: str, file: str) -> Any:
-    """``load_located``, with the key path added to a duplicate-key error (§1.4's line format)."""
+    """``load_located``, with the key path added to a duplicate-key error (docs/design/remote-sites.md §1.4's line format)."""
     try:
         return load_located(text, file)
     except ConfigurationError as e:
@@ -483,7 +483,7 @@ def to_launcher(cfg: BackendConfig) -> Any:
         constraint=r.node_constraints,
     )
     # ``options`` describe the job (``launcher.options``, batching's slots); what is sent is
-    # ``Resources`` as written: TotalCPUs, Reservation, Runtime in seconds (§1.2)
+    # ``Resources`` as written: TotalCPUs, Reservation, Runtime in seconds (docs/design/remote-sites.md §1.2)
     label = cfg.group or cfg.path.stem
     env = cfg.environment_data
     if isinstance(cfg.site, UnicoreSite):

@@ -310,7 +310,7 @@ def validate_environment(
     site_kind: str | None = None,
     problems: Problems | None = None,
 ) -> Environment:
-    """Check an ``Environment`` mapping (§1.1) and return its value.
+    """Check an ``Environment`` mapping (docs/design/remote-sites.md §1.1) and return its value.
 
     ``site_kind`` (``unicore``/``firecrest``/``ssh``; inferred from a ``firecrest...`` key
     prefix) refuses login-node commands for firecREST and SSH sites. Raises one ``ConfigurationError`` listing every

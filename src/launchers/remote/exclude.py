@@ -80,7 +80,7 @@ class ExcludePattern:
 
 
 def compile_pattern(text: str, index: int = 0) -> ExcludePattern:
-    """Compile one pattern by rules 1-5 of §1.3; an empty pattern is an error."""
+    """Compile one pattern by rules 1-5 of docs/design/remote-sites.md §1.3; an empty pattern is an error."""
     if not isinstance(text, str):
         raise PatternError(f"a pattern must be a string, not {type(text).__name__}")
     body = text

@@ -159,7 +159,7 @@ def validate_resources(
     require_queue: bool = True,
     problems: Problems | None = None,
 ) -> Resources:
-    """Check a ``Resources`` mapping (§1.2) and return its value; all problems at once."""
+    """Check a ``Resources`` mapping (docs/design/remote-sites.md §1.2) and return its value; all problems at once."""
     own = problems is None
     probs = problems if problems is not None else Problems(file)
     if not isinstance(located_value, Mapping):

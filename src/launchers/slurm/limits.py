@@ -53,7 +53,7 @@ def parse_allowance(
     text: str, *, account: str | None = None, qos: str | None = None, partition: str | None = None
 ) -> Allowance | None:
     """The allowance from :func:`allowance_command`'s output, or None when no limit applies or
-    the output cannot be read (a rejection then teaches the limit, §4)."""
+    the output cannot be read (a rejection then teaches the limit, docs/design/runtime.md §4)."""
     sections = text.split(_MARK + "\n")
     if len(sections) != 4:
         return None

@@ -40,7 +40,7 @@ def sh_quote(value: str, *, what: str = "value") -> str:
 
 
 def directive_value(option: str, value: str, *, literal_percent: bool = True) -> str:
-    """A value as sbatch reads it on a ``#SBATCH`` line (§3, "Directive values").
+    """A value as sbatch reads it on a ``#SBATCH`` line (docs/design/runtime.md §3, "Directive values").
 
     ``literal_percent`` doubles ``%`` in ``--output``/``--error`` (sbatch expands ``%j`` there).
     """
@@ -420,7 +420,7 @@ def render_body(spec: ScriptSpec) -> list[str]:
 
 
 def render_script(spec: ScriptSpec) -> str:
-    """The complete ``job.sh`` for one task and attempt (§3)."""
+    """The complete ``job.sh`` for one task and attempt (docs/design/runtime.md §3)."""
     out = f"{spec.job_dir.rstrip('/')}/job.out"
     err = f"{spec.job_dir.rstrip('/')}/job.err"
     lines, _ = _header(
@@ -466,7 +466,7 @@ def array_range(count: int, max_parallel: int | None = None) -> str:
 
 
 def render_array_script(spec: ArraySpec) -> str:
-    """The script of one array chunk: maps ``SLURM_ARRAY_TASK_ID`` to a task directory (§8)
+    """The script of one array chunk: maps ``SLURM_ARRAY_TASK_ID`` to a task directory (docs/design/runtime.md §8)
     and runs that task's own ``job.sh`` with its output appended to the task's files."""
     t = attrs.evolve(spec.template, job_name=spec.job_name)
     header, _ = _header(

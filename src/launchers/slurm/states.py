@@ -125,7 +125,7 @@ def map_state(text: str) -> SlurmStatus:
 
 
 def cancel_reason(cancelled_by: int | None, *, requested: bool, my_uid: int | None) -> str:
-    """The reason of a CANCELLED job, as §6 words it."""
+    """The reason of a CANCELLED job, as docs/design/runtime.md §6 words it."""
     if requested:
         return "cancelled on request"
     if cancelled_by is None:
