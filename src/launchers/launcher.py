@@ -9,6 +9,7 @@ of an inner launcher (docs/design/batching.md §3.1), and lives here because eve
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
@@ -37,6 +38,31 @@ class Launcher:
     def batched(self, **options: Any) -> BatchLauncher:
         """This launcher wrapped in a ``BatchLauncher`` (docs/design/batching.md §3.1)."""
         return BatchLauncher(self, **options)
+
+
+@attrs.frozen
+class GroupLauncher(Launcher):
+    """A launcher made from one launchers.yaml group: connector and id are the group's, the
+    explanation is the finder's notes (``why``, formatted when read)."""
+
+    if TYPE_CHECKING:  # fields of the subclasses, typed there
+        group: Any
+        why: Iterable[str]
+
+    @property
+    def explanation(self) -> tuple[str, ...]:
+        """Why the finder chose this launcher (soundness notes included)."""
+        return tuple(self.why)
+
+    @property
+    def connector(self) -> str:
+        """``local``, or the name of the SSH connector that reaches the group."""
+        return str(self.group.connector)
+
+    @property
+    def group_id(self) -> str:
+        """The group id, or ``kind[index]`` for a group without one."""
+        return str(self.group.label)
 
 
 def _to_seconds(name: str, value: Any) -> float:

@@ -107,14 +107,11 @@ def _try_group(
     )
 
 
-def search(
-    alternatives: Sequence[HostRequirement],
-    config: LaunchersConfig,
-    tags: frozenset[str] = frozenset(),
-    explain: bool = False,
-) -> SearchResult:
-    """The search itself; ``explain=True`` records why every group was or was not chosen."""
-    ex = Explanation() if explain else None
+def _eligible(
+    config: LaunchersConfig, tags: frozenset[str], ex: Explanation | None
+) -> tuple[Group, ...]:
+    """The groups to search in order: those having one of ``tags`` (all without tags); the
+    explanation says why each other group was skipped, or that none is left."""
     groups = ordered_groups(config)
     if tags:
         eligible = []
@@ -128,6 +125,18 @@ def search(
         groups = tuple(eligible)
     if ex is not None and not groups:
         ex.add("no group to search" + (f" with tags {sorted(tags)}" if tags else ""))
+    return groups
+
+
+def search(
+    alternatives: Sequence[HostRequirement],
+    config: LaunchersConfig,
+    tags: frozenset[str] = frozenset(),
+    explain: bool = False,
+) -> SearchResult:
+    """The search itself; ``explain=True`` records why every group was or was not chosen."""
+    ex = Explanation() if explain else None
+    groups = _eligible(config, tags, ex)
     for i, alt in enumerate(alternatives):
         if ex is not None:
             ex.add(f"alternative {i}: {alt}")
@@ -233,16 +242,12 @@ def search_earliest(
 ) -> SearchResult:
     """``find_launcher``'s search with the ``earliest_start`` strategy (a ``SearchResult``)."""
     ex = Explanation() if explain else None
-    groups = ordered_groups(config)
-    if tags:
-        groups = tuple(g for g in groups if tags & set(g.tags))
     if ex is not None:
         ex.add(
             "strategy earliest_start: the group where the job is expected to start first "
             "(sbatch --test-only), ties and unknowns in today's order"
         )
-        if not groups:
-            ex.add("no group to search" + (f" with tags {sorted(tags)}" if tags else ""))
+    groups = _eligible(config, tags, ex)
     for i, alt in enumerate(alternatives):
         if ex is not None:
             ex.add(f"alternative {i}: {alt}")

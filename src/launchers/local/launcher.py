@@ -8,11 +8,11 @@ import attrs
 
 from ..config.model import LocalGroup
 from ..language.values import HostRequirement
-from ..launcher import Launcher
+from ..launcher import GroupLauncher
 
 
 @attrs.frozen(kw_only=True)
-class DirectLauncher(Launcher):
+class DirectLauncher(GroupLauncher):
     """A local group and the alternative of the requirement it was chosen for."""
 
     group: LocalGroup = attrs.field(
@@ -24,23 +24,8 @@ class DirectLauncher(Launcher):
     why: Iterable[str] = attrs.field(default=(), eq=False, repr=False)
 
     @property
-    def explanation(self) -> tuple[str, ...]:
-        """Why the finder chose this launcher (soundness notes included)."""
-        return tuple(self.why)
-
-    @property
     def kind(self) -> str:
         return "local"
-
-    @property
-    def connector(self) -> str:
-        """``local``, or the SSH connector the group runs through."""
-        return self.group.connector
-
-    @property
-    def group_id(self) -> str:
-        """The group id, or ``local[index]``."""
-        return self.group.label
 
     def sbatch_args(self) -> list[str]:
         """No scheduler options: always empty (kept so every launcher answers it)."""

@@ -15,7 +15,7 @@ import attrs
 from ..config.model import SlurmGroup
 from ..errors import ConfigurationError
 from ..language.values import HostRequirement
-from ..launcher import Launcher
+from ..launcher import GroupLauncher
 from .options import SlurmOptions, normalize_options, option_names, unknown_option_error
 from .sbatch_options import check_sbatch_options
 
@@ -57,7 +57,7 @@ def _pairs(value: Any) -> tuple[tuple[str, Any], ...]:
 
 
 @attrs.frozen(kw_only=True)
-class SlurmLikeLauncher(Launcher):
+class SlurmLikeLauncher(GroupLauncher):
     """A Slurm-like group and the options chosen for one alternative of a requirement."""
 
     group: SlurmGroup = attrs.field(factory=SlurmGroup, repr=lambda g: repr(g.label))
@@ -77,21 +77,6 @@ class SlurmLikeLauncher(Launcher):
     hosts: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
     #: why the finder chose this, formatted when read (see ``explanation``)
     why: Iterable[str] = attrs.field(default=(), eq=False, repr=False)
-
-    @property
-    def explanation(self) -> tuple[str, ...]:
-        """Why the finder chose this launcher (soundness notes included)."""
-        return tuple(self.why)
-
-    @property
-    def connector(self) -> str:
-        """The name of the connector that reaches the scheduler (``local`` or an SSH name)."""
-        return self.group.connector
-
-    @property
-    def group_id(self) -> str:
-        """The group id, or ``kind[index]``."""
-        return self.group.label
 
     @property
     def extra_options(self) -> tuple[tuple[str, str | bool], ...]:
