@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # install.sh - install (if needed) the headless browser of the monitor's page tests:
-#   Debian's chromium and chromium-driver (selenium drives them; tests/test_monitor_browser.py).
+#   Debian's chromium and chromium-driver (selenium drives them; tests/integration/browser/test_monitor_browser.py).
 # Idempotent and quick when both are present; needs root to install (apt-get), like
 # tests/cluster/start.sh, and uses the same retries. BROWSER_INSTALL=0: never call apt-get
 # (fail if a package is missing). Progress goes to stderr.

@@ -1,5 +1,5 @@
 """What a type checker sees of the public API (docs/api.md): mypy checks this file
-(tests/test_public_api.py); it is never run. Each ``assert_type`` fails the check when a name
+(tests/spec/test_public_api.py); it is never run. Each ``assert_type`` fails the check when a name
 is seen as ``Any`` or as something else than what it is."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def functions() -> None:
     assert_type(cpu(cores=2), HostRequirement)
     assert_type(cuda_gpu(mem="16G") & duration("1h"), HostRequirement | RequirementUnion)
     assert_type(load_config(None), LaunchersConfig)
-    # the function with its parameters (tests/test_public_api.py reads what mypy reveals); its
+    # the function with its parameters (tests/spec/test_public_api.py reads what mypy reveals); its
     # answer is a launcher of the kind found (SlurmLauncher, DirectLauncher...), whose own
     # attributes (options, sbatch_args()) are used as they are (docs/finder.md): Any
     reveal_type(find_launcher)

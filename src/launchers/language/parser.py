@@ -281,7 +281,7 @@ def _atom_names() -> tuple[str, ...]:
 # expression per atom reads them about 20 times faster than the LALR parser (whose per-token
 # cost dominates on such short texts). It accepts only a strict subset of the grammar and
 # returns None on anything else (parentheses, errors, odd spacing), and the LALR parser then
-# decides, so answers and error messages are exactly the grammar's (tests/test_language.py
+# decides, so answers and error messages are exactly the grammar's (tests/language/test_language.py
 # checks the two agree on random texts).
 
 _NUM = r"[0-9]+(?:\.[0-9]+)?"

@@ -3,7 +3,7 @@ a job from what a poll saw of its process and its ``job.rc`` (``decide_direct``)
 recovery makes of a job left in SUBMITTING (``decide_found``: adopt, final, lost or submit), and
 the records the executor writes on the way. The executor (``local.executor``) observes, through
 its processes and files, and records; nothing here reads a file or runs a command, so every
-rule is tested in milliseconds (tests/test_local_decide.py).
+rule is tested in milliseconds (tests/local/test_local_decide.py).
 """
 
 from __future__ import annotations

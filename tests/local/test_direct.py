@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import test_jobs_tasks as tt
+import jobs_tasks as tt
 from launchers.config.model import LocalGroup
 from launchers.errors import ExperimentFailed, JobFailedError, LaunchersError
 from launchers.jobs.experiment import experiment
@@ -22,15 +22,14 @@ from launchers.jobs.state import JobState
 from launchers.jobs.task import command
 from launchers.local.launcher import DirectLauncher
 from launchers.runtime.core import current as current_runtime
-
-TESTS = Path(__file__).parent
+from paths import job_pythonpath
 
 
 @pytest.fixture(autouse=True)
 def _job_pythonpath(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Jobs import ``test_jobs_tasks`` and ``launchers`` like this process does."""
+    """Jobs import ``jobs_tasks`` and ``launchers`` like this process does."""
     src = Path(__import__("launchers").__file__).parent.parent
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(src)]))
+    monkeypatch.setenv("PYTHONPATH", job_pythonpath(src))
     monkeypatch.setenv("LAUNCHERS_STATE_DIR", str(tmp_path / "state"))
 
 
@@ -73,7 +72,7 @@ def test_command_and_callables(tmp_path: Path) -> None:
     assert rec.extra["process"]["pid"] == int(j1.native_id or 0)
     assert [h[1] for h in rec.history] == ["WAITING", "SUBMITTING", "RUNNING", "COMPLETED"]
     assert j1.directory == tmp_path / "xp" / "jobs" / "sh" / j1.task_id.rsplit("-", 1)[1]
-    assert json.loads((j2.directory / "params.json").read_text())["target"] == "test_jobs_tasks:add"
+    assert json.loads((j2.directory / "params.json").read_text())["target"] == "jobs_tasks:add"
 
 
 def test_failures(tmp_path: Path) -> None:
@@ -104,7 +103,7 @@ def test_import_failure_is_explained(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("PYTHONPATH", str(Path(__import__("launchers").__file__).parent.parent))
     with pytest.raises(ExperimentFailed), experiment(tmp_path, direct()):
         job = tt.add(1).submit()
-    assert "cannot import test_jobs_tasks:add" in job.stderr_path.read_text()
+    assert "cannot import jobs_tasks:add" in job.stderr_path.read_text()
 
 
 def test_reattach_and_rerun(tmp_path: Path) -> None:
@@ -193,7 +192,7 @@ _CLIENT = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     from launchers.jobs.experiment import experiment
     from launchers.local.launcher import DirectLauncher
-    import test_jobs_tasks as tt
+    import jobs_tasks as tt
     mode = sys.argv[1]
     with experiment({xp!r}, DirectLauncher()):
         job = tt.sleeper(float(sys.argv[2]), {marker!r}).submit()
@@ -211,7 +210,9 @@ _CLIENT = textwrap.dedent(
 def _client(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     script = tmp_path / "client.py"
     script.write_text(
-        _CLIENT.format(tests=str(TESTS), xp=str(tmp_path / "xp"), marker=str(tmp_path / "marker"))
+        _CLIENT.format(
+            tests=job_pythonpath(), xp=str(tmp_path / "xp"), marker=str(tmp_path / "marker")
+        )
     )
     return subprocess.Popen(
         [sys.executable, str(script), *args],
@@ -317,7 +318,7 @@ def test_direct_over_ssh(tmp_path: Path, slurm_cluster: dict[str, str]) -> None:
         local:
           - id: remote
             connector: box
-            env: {{PYTHONPATH: "{TESTS}:{Path(__import__("launchers").__file__).parent.parent}"}}
+            env: {{PYTHONPATH: "{job_pythonpath(Path(__import__("launchers").__file__).parent.parent)}"}}
     """)
     )
     launcher = DirectLauncher(group=load_config(cfg).groups[0])  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import test_jobs_tasks as tt
+import jobs_tasks as tt
 from launchers.config.model import CPUConfig, LocalGroup, Position
 from launchers.jobs.proc import ProcessId
 from launchers.jobs.record import RcRecord

@@ -17,8 +17,9 @@ from launchers.config.keys import SECTIONS
 from launchers.config.loader import load_config_text
 from launchers.config.schema import json_schema
 from launchers.errors import ConfigurationError, LaunchersError
+from paths import ROOT
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "configs" / "launchers.yaml"
+EXAMPLE = ROOT / "configs" / "launchers.yaml"
 FILE = "fuzz.yaml"
 PROBLEM_LINE = re.compile(rf"^{re.escape(FILE)}:\d+:\d+: ")
 

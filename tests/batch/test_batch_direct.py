@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import test_jobs_tasks as tt
+import jobs_tasks as tt
 from conftest import Leftovers, cancel_in_another_process
 from launchers.batch import queue as Q
 from launchers.batch.executor import (
@@ -26,14 +26,13 @@ from launchers.jobs.state import JobState
 from launchers.jobs.task import command
 from launchers.local.launcher import DirectLauncher
 from launchers.slurm.launcher import SlurmLauncher
-
-TESTS = Path(__file__).parent
+from paths import job_pythonpath
 
 
 @pytest.fixture(autouse=True)
 def _job_pythonpath(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     src = Path(__import__("launchers").__file__).parent.parent
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(src)]))
+    monkeypatch.setenv("PYTHONPATH", job_pythonpath(src))
     monkeypatch.setenv("LAUNCHERS_STATE_DIR", str(tmp_path / "state"))
 
 

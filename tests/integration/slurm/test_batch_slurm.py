@@ -18,9 +18,7 @@ from launchers.batch import queue as Q
 from launchers.batch.executor import BatchExecutor
 from launchers.config.model import SlurmGroup
 from launchers.runtime.core import current as current_runtime
-
-TESTS = Path(__file__).parent
-SRC = TESTS.parent / "src"
+from paths import SRC, job_pythonpath
 
 pytestmark = [
     pytest.mark.slurm,
@@ -43,7 +41,7 @@ def cluster(
     slurm_cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[dict[str, str]]:
     monkeypatch.setenv("SLURM_CONF", slurm_cluster["SLURM_CONF"])
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(SRC)]))
+    monkeypatch.setenv("PYTHONPATH", job_pythonpath(SRC))
     reset_executors()
     yield slurm_cluster
     reset_executors()

@@ -13,8 +13,8 @@ from launchers.config.loader import clear_cache, find_config_file, load_config, 
 from launchers.config.located import LDict, LList, load_located
 from launchers.config.model import FirecrestGroup, LocalGroup, SlurmGroup, UnicoreGroup
 from launchers.errors import ConfigurationError, LaunchersError
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "configs" / "launchers.yaml"
 
 

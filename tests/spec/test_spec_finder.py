@@ -31,6 +31,7 @@ from launchers import (
     find_launcher,
     parse,
 )
+from paths import ROOT
 
 K = 2**10
 M = 2**20
@@ -2522,7 +2523,7 @@ def test_s7_inline_tokens(tmp_path: Path) -> None:
 # byte experimaestro 1.5.7's tests/launchers/config_slurm/launchers.yaml; the cases below are that
 # release's tests/test_findlauncher.py, with the answers the spec requires.
 
-EXPERIMAESTRO_YAML = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "launchers.yaml"
+EXPERIMAESTRO_YAML = ROOT / "benchmarks" / "data" / "launchers.yaml"
 
 
 def needs_xpm_file(test: Any) -> Any:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from paths import ROOT
+
 DOCS = ROOT / "docs"
 DESIGN = DOCS / "design"
 

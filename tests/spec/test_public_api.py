@@ -6,14 +6,13 @@ from __future__ import annotations
 import ast
 import importlib
 import re
-from pathlib import Path
 
 import mypy.api
 import pytest
 
 import launchers
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 INIT = SRC / "launchers" / "__init__.py"
 

@@ -39,9 +39,8 @@ from launchers import (
     find_launcher,
     task,
 )
+from paths import SRC, job_pythonpath
 
-TESTS = Path(__file__).parent
-SRC = TESTS.parent / "src"
 BANNER = re.compile(
     r"^==== launchers: attempt (\d+), job (\S+), (\S+), (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*) ====$"
 )
@@ -51,7 +50,7 @@ BANNER = re.compile(
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tokens state in tmp, the tests directory importable by job interpreters, no user config."""
     monkeypatch.setenv("LAUNCHERS_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(SRC)]))
+    monkeypatch.setenv("PYTHONPATH", job_pythonpath(SRC))
     monkeypatch.setenv("LAUNCHERS_CONFIG", str(tmp_path / "none.yaml"))
 
 
@@ -120,7 +119,7 @@ def test_lambdas_closures_main_refused() -> None:
 # "a call of a module-level function decorated with `@task` / `@task(name=None, resumable=False)`,
 #  which returns a task instead of running"
 def test_task_call_returns_task(tmp_path: Path) -> None:
-    import test_jobs_tasks as tt
+    import jobs_tasks as tt
 
     marker = tmp_path / "m"
     t = tt.touch(marker, "x")
@@ -130,7 +129,7 @@ def test_task_call_returns_task(tmp_path: Path) -> None:
 
 # "Parameters are JSON values or `pathlib.Path`; anything else is a `TaskError` naming the parameter."
 def test_bad_parameter_named() -> None:
-    import test_jobs_tasks as tt
+    import jobs_tasks as tt
 
     with pytest.raises(TaskError, match=r"\bb\b"):
         tt.add(1, {1, 2})
@@ -140,7 +139,7 @@ def test_bad_parameter_named() -> None:
 # "`name` (default: the function's qualname or the basename of `argv[0]`; characters outside
 #  `[A-Za-z0-9_.-]` become `_`)"
 def test_default_names() -> None:
-    import test_jobs_tasks as tt
+    import jobs_tasks as tt
 
     assert command(["/usr/bin/my tool+x", "a"]).name == "my_tool_x"
     assert tt.add(1).name == "add"
@@ -253,7 +252,7 @@ def test_submit_returns_at_once(tmp_path: Path) -> None:
 #  `.reason`, `.exit_code`, `.stdout_path`, `.stderr_path`, `.wait(timeout=None)`, `.cancel()`,
 #  `.result()` (the return value, `0` for a command, ...)"
 def test_job_members(tmp_path: Path) -> None:
-    import test_jobs_tasks as tt
+    import jobs_tasks as tt
 
     with experiment(tmp_path, DirectLauncher()):
         c = command(["true"]).submit()
@@ -382,7 +381,7 @@ def test_state_json_fields(tmp_path: Path) -> None:
 # "`result.json` or `result.pickle`, `error.json` | callable runner | return value (JSON when
 #  encodable, else pickle), or `{type, message, traceback}`"
 def test_result_files(tmp_path: Path) -> None:
-    import test_jobs_tasks as tt
+    import jobs_tasks as tt
 
     with pytest.raises(ExperimentFailed), experiment(tmp_path, DirectLauncher()):
         js = tt.add(1, 2).submit()
@@ -568,7 +567,7 @@ def test_env_names_checked() -> None:
 
 # "A callable runs as `PYTHON -m launchers.run DIR`"
 def test_callable_runs_launchers_run(tmp_path: Path) -> None:
-    import test_jobs_tasks as tt
+    import jobs_tasks as tt
 
     with experiment(tmp_path, DirectLauncher()):
         job = tt.add(4).submit()
@@ -581,7 +580,7 @@ def test_callable_runs_launchers_run(tmp_path: Path) -> None:
 
 # "if `launchers` cannot be imported there, `job.err` says so."
 def test_python_without_launchers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import test_jobs_tasks as tt
+    import jobs_tasks as tt
 
     monkeypatch.setenv("PYTHONPATH", "")
     cfg = tmp_path / "launchers.yaml"
@@ -1166,7 +1165,7 @@ def test_slurm_resumable_script(slurm: Any, tmp_path: Path) -> None:
 # docs/design/runtime.md §1 callable over Slurm: "`.result()` (the return value ...)"
 @pytest.mark.slurm
 def test_slurm_callable(slurm: Any, tmp_path: Path) -> None:
-    import test_jobs_tasks as tt
+    import jobs_tasks as tt
 
     with experiment(tmp_path, slurm):
         job = tt.add(20, 22).submit()

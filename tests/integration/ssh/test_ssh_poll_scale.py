@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_slurm_over_ssh import launcher, reset, write_config
 
 import launchers.slurm.executor as sx
 from launchers import ExperimentFailed, JobState, command, experiment
@@ -27,7 +28,6 @@ from launchers.jobs.proc import ProcessId
 from launchers.jobs.state import JobState as State
 from launchers.local.executor import RemoteDirectExecutor
 from launchers.slurm.settings import SlurmTuning
-from test_slurm_over_ssh import launcher, reset, write_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
 

@@ -22,9 +22,7 @@ from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experi
 from launchers.config.model import SlurmGroup
 from launchers.jobs.record import StateRecord, job_directory, now_iso, write_record
 from launchers.runtime.core import current as current_runtime
-
-TESTS = Path(__file__).parent
-SRC = TESTS.parent / "src"
+from paths import SRC, job_pythonpath
 
 pytestmark = pytest.mark.slurm
 
@@ -45,7 +43,7 @@ def cluster(
     slurm_cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[dict[str, str]]:
     monkeypatch.setenv("SLURM_CONF", slurm_cluster["SLURM_CONF"])
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(SRC)]))
+    monkeypatch.setenv("PYTHONPATH", job_pythonpath(SRC))
     reset_executors()
     yield slurm_cluster
     reset_executors()
@@ -81,7 +79,7 @@ def test_complete_fail_cancel(cluster: dict[str, str], tmp_path: Path) -> None:
 
 
 def test_callable_and_one_query_per_cycle(cluster: dict[str, str], tmp_path: Path) -> None:
-    import test_jobs_tasks as tt
+    import jobs_tasks as tt
 
     L = make_launcher()
     with experiment(tmp_path, L):

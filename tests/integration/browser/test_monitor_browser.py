@@ -21,8 +21,9 @@ import pytest
 from launchers.jobs.record import read_record, write_record
 from launchers.jobs.state import JobState
 from monitor_fixtures import browser, demo_experiment, make_job, screenshot, serving  # noqa: F401
+from paths import ROOT
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = ROOT / "src"
 
 # two Chromiums at once on two cores slow both: the page tests run on one worker
 pytestmark = [pytest.mark.xdist_group("monitor-browser")]

@@ -31,8 +31,9 @@ from launchers.slurm.scontrol import (
     partition_usability,
 )
 from launchers.units import MIB
+from paths import ROOT
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = ROOT / "benchmarks"
 
 # Real `scontrol show nodes` output of the sandbox cluster (Slurm 22.05.8), trimmed to 4 nodes
 # (`$` stands for the trailing space scontrol prints at the end of some lines).

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import jobs_tasks as tt
 import launchers
-import test_jobs_tasks as tt
 from launchers.errors import LaunchersError, TaskError
 from launchers.jobs.record import HISTORY_LIMIT, StateRecord, read_record, write_record
 from launchers.jobs.state import JobState
@@ -56,7 +56,7 @@ def test_callable_identity_and_paths() -> None:
     t = tt.touch(Path("/tmp/a b"), "x")
     assert t.kind == "callable"
     assert t.name == "pathy"
-    assert t.target == "test_jobs_tasks:touch"
+    assert t.target == "jobs_tasks:touch"
     assert t.params == {"path": {"$path": "/tmp/a b"}, "text": "x"}
     assert tt.add(1).params == {"a": 1, "b": 10}
     assert tt.add(1).digest == tt.add(a=1, b=10).digest

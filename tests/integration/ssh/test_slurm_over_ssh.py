@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_ssh_connector import OWN_SSHD_PORT, OwnSSHD, host_key_line
 
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
 from launchers.config.loader import load_config
@@ -16,7 +17,6 @@ from launchers.connectors import registry
 from launchers.connectors.ssh import SSHConnector
 from launchers.runtime.core import current as current_runtime
 from launchers.runtime.loop import run_sync
-from test_ssh_connector import OWN_SSHD_PORT, OwnSSHD, host_key_line
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
 

@@ -19,6 +19,7 @@ import pytest
 from launchers.jobs.record import read_record, write_record
 from launchers.jobs.state import JobState
 from monitor_fixtures import make_job, serving
+from paths import ROOT
 
 D1, D2, D3 = "1" * 16, "2" * 16, "3" * 16
 
@@ -296,7 +297,7 @@ def test_paths_in_requests_stay_in_the_experiment(monitor: Any, xp: Path) -> Non
 
 
 def test_names_reasons_and_logs_are_data_not_markup(monitor: Any, xp: Path) -> None:
-    """The API sends JSON and text/plain only; the page (tests/test_monitor_browser.py) puts
+    """The API sends JSON and text/plain only; the page (tests/integration/browser/test_monitor_browser.py) puts
     them in the DOM as text."""
     e = exp_id(monitor)
     evil = "<script>window.__xss=1</script><img src=x onerror=alert(1)>"
@@ -319,7 +320,7 @@ def test_names_reasons_and_logs_are_data_not_markup(monitor: Any, xp: Path) -> N
 
 
 def test_the_command_prints_the_url_and_stops_on_ctrl_c(xp: Path, tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1] / "src"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "launchers", "monitor", str(xp), "--port", "0"],
         stdout=subprocess.PIPE,

@@ -17,8 +17,9 @@ import launchers.slurm.executor as sx
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
 from launchers.config.model import SlurmGroup
 from launchers.runtime.core import current as current_runtime
+from paths import TESTS
 
-CLUSTER = Path(__file__).parent / "cluster"
+CLUSTER = TESTS / "cluster"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 NOACCT = {
     "CLUSTER_DIR": "/tmp/slurm-noacct",

@@ -7,11 +7,12 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from pathlib import Path
 
 import grimp
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "launchers"
+from paths import ROOT
+
+SRC = ROOT / "src" / "launchers"
 
 #: Cycles tolerated while a change of issue 17 is under way (none left).
 KNOWN_CYCLES: list[set[str]] = []
