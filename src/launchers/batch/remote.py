@@ -15,6 +15,7 @@ import attrs
 
 from ..connectors.registry import get_connector
 from ..errors import ConnectorError, LaunchersError
+from ..runtime.files import configured_base
 from . import queue as Q
 from . import runner as R
 
@@ -138,11 +139,8 @@ def connector_of(inner: Any) -> Connector:
 
 
 def remote_base(connector: Connector) -> str:
-    """The connector's ``workdir`` (where remote queues live)."""
-    base = (
-        getattr(getattr(connector, "config", None), "workdir", None) or "~/.local/share/launchers"
-    )
-    return str(base).rstrip("/")
+    """The connector's ``workdir`` (where remote queues live; ``~`` expanded later)."""
+    return configured_base(connector)
 
 
 def pending_entry(entry: Mapping[str, Any]) -> tuple[bytes, str]:

@@ -10,13 +10,13 @@ when the job ends. A shared remote-files layer replaces ``ConnectorJobFiles`` as
 from __future__ import annotations
 
 import abc
-import hashlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..fsutil import atomic_write_bytes
+from ..runtime.files import DEFAULT_BASE, connector_base, remote_job_dir
 from .decide import banner_seen
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ log = logging.getLogger("launchers.local")
 #: Files copied back from the remote job directory once a job has ended.
 FETCHED = ("job.out", "job.err", "job.rc", "result.json", "result.pickle", "error.json")
 #: The connector's ``workdir`` when it names none (``~`` is the remote home).
-DEFAULT_ROOT = "~/.local/share/launchers"
+DEFAULT_ROOT = DEFAULT_BASE
 
 
 def has_banner(directory: Path, attempt: int) -> bool:
@@ -83,21 +83,14 @@ class ConnectorJobFiles(JobFiles):
 
     async def _remote_root(self) -> str:
         if self._root is None:
-            connector = self.connector()
-            config = getattr(connector, "config", None)  # an SSH connector's configuration
-            root = str(getattr(config, "workdir", DEFAULT_ROOT))
-            if root == "~" or root.startswith("~/"):
-                root = (await connector.home()).rstrip("/") + root[1:]
-            self._root = root.rstrip("/")
+            self._root = await connector_base(self.connector())
         return self._root
 
     async def job_dir(self, job: JobHandle) -> str:
         known = job.record.extra.get("remote_dir")
         if isinstance(known, str) and known:
             return known
-        workdir = job.directory.parent.parent.parent
-        tag = hashlib.sha256(str(workdir).encode()).hexdigest()[:12]
-        return f"{await self._remote_root()}/{tag}/jobs/{job.directory.parent.name}/{job.directory.name}"
+        return remote_job_dir(await self._remote_root(), job.directory, named=False)
 
     def recorded_dir(self, job: JobHandle) -> str | None:
         where = job.record.extra.get("remote_dir")

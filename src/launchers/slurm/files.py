@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 from ..errors import ConnectorError
 from ..fsutil import atomic_write_bytes
 from ..jobs.record import RC, STDERR, STDOUT, RcRecord, parse_rc
+from ..runtime.files import DEFAULT_BASE, connector_base, remote_job_dir
 from ..runtime.loop import blocking
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .cluster import SlurmCluster
 
 #: the remote root of job directories when the connector names none
-DEFAULT_WORKDIR = "~/.local/share/launchers"
+DEFAULT_WORKDIR = DEFAULT_BASE
 #: what a finished remote job leaves that is copied home
 OUTPUT_FILES = (STDOUT, STDERR, RC, "result.json", "result.pickle", "error.json")
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
@@ -58,14 +58,8 @@ class JobFiles:
         ``WORKDIR/<experiment>-<sha12 of its path>/jobs/<task name>/<digest>``."""
         remote = job.runtime.get("remote_dir") or job.record.extra.get("remote_dir")
         if not remote:
-            base = str(
-                getattr(getattr(self.connector, "config", None), "workdir", None) or DEFAULT_WORKDIR
-            )
-            if base.startswith("~"):
-                base = (await self.connector.home()).rstrip("/") + base[1:]
-            root = Path(job.directory).parent.parent.parent
-            tag = hashlib.sha256(str(root).encode()).hexdigest()[:12]
-            remote = f"{base.rstrip('/')}/{root.name}-{tag}/jobs/{job.directory.parent.name}/{job.directory.name}"
+            base = await connector_base(self.connector)
+            remote = remote_job_dir(base, Path(job.directory), named=True)
         job.runtime["remote_dir"] = remote
         await self.connector.mkdir(remote)
         params = Path(job.directory) / "params.json"
