@@ -22,6 +22,7 @@ import attrs
 from ..config.loader import load_config
 from ..connectors.registry import get_connector
 from ..errors import LaunchersError
+from ..jobs.record import FOLLOWED, RESULT_FILES
 from ..jobs.state import JobState
 from ..jobs.task import KIND_COMMAND
 from ..jobs.update import StateUpdate
@@ -193,7 +194,7 @@ class BatchExecutor(Executor):
             await shape.remote.ensure()
             entry["dir"] = await shape.remote.prepare_task(job.task_id)
         Q.clear_previous(shape.queue, job.task_id)
-        for name in ("job.rc", "result.json", "result.pickle", "error.json"):
+        for name in (n for n in RESULT_FILES if n not in FOLLOWED):  # a previous run's results
             with contextlib.suppress(FileNotFoundError):
                 (job.directory / name).unlink()
         job.apply(

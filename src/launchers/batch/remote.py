@@ -15,7 +15,8 @@ import attrs
 
 from ..connectors.registry import get_connector
 from ..errors import ConnectorError, LaunchersError
-from ..runtime.files import configured_base
+from ..jobs.record import RESULT_FILES
+from ..runtime.files import configured_base, fetch_outputs
 from . import queue as Q
 from . import runner as R
 
@@ -84,7 +85,7 @@ import runner
 print(json.dumps(runner.recover_lost(q, sys.argv[2], float(sys.argv[3]), sys.argv[4:])))
 """
 
-OUTPUTS = ("job.out", "job.err", "job.rc", "result.json", "result.pickle", "error.json")
+OUTPUTS = RESULT_FILES
 
 
 @attrs.frozen
@@ -255,14 +256,7 @@ class RemoteQueue:
     async def fetch_outputs(self, task_id: str, local: Path) -> None:
         """Copy the task's outputs back into its local job directory."""
         await self._resolve()
-        d = self.task_dir(task_id)
-        for name in OUTPUTS:
-            try:
-                data = await self.connector.read_file(f"{d}/{name}", max_bytes=64 * 1024 * 1024)
-            except (FileNotFoundError, OSError, ConnectorError):
-                continue
-            local.mkdir(parents=True, exist_ok=True)
-            (local / name).write_bytes(data)
+        await fetch_outputs(self.connector, self.task_dir(task_id), local)
 
 
 __all__ = ["RemoteQueue", "RemoteSnapshot", "connector_of", "parse_scan", "remote_base"]

@@ -30,9 +30,10 @@ from ..remote.firecrest_kind import executor_from_record as firecrest_from_recor
 from ..remote.retry import firecrest_transient, status_of, with_retries
 from ..remote.storage import unicore_action_path, unicore_path
 from ..remote.unicore_executor import executor_from_record as unicore_from_record
+from ..runtime.files import fetch_outputs
 from . import queue as Q
 from . import runner as R
-from .remote import OUTPUTS, RemoteSnapshot, pending_entry
+from .remote import RemoteSnapshot, pending_entry
 
 if TYPE_CHECKING:
     from ..remote.firecrest_executor import FirecrestExecutor
@@ -346,14 +347,21 @@ class RestQueue(abc.ABC):
         """Copy the task's outputs into its local job directory (one listing, one read each)."""
         await self._resolve()
         present = set(await self._call(self.list_sync, f"{TASKS}/{task_id}") or [])
-        names = [n for n in OUTPUTS if n in present]
-        for name, data in zip(
-            names, await self._read_many([f"{TASKS}/{task_id}/{n}" for n in names]), strict=True
-        ):
-            if data is None:
-                continue
-            local.mkdir(parents=True, exist_ok=True)
-            (local / name).write_bytes(data)
+        await fetch_outputs(
+            self,
+            f"{TASKS}/{task_id}",
+            local,
+            max_bytes=None,
+            present=present,
+            skip_failures=False,  # a failed read fails the cycle: the task is fetched next time
+        )
+
+    async def read(self, rel: str, offset: int = 0, size: int | None = None) -> bytes:
+        """A file of the queue (``FileStore.read``: ``FileNotFoundError`` when absent)."""
+        data = await self._call(self.read_sync, rel)
+        if data is None:
+            raise FileNotFoundError(rel)
+        return data[offset:] if size is None else data[offset : offset + size]
 
 
 # -- UNICORE ----------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..fsutil import atomic_write_bytes
-from ..runtime.files import DEFAULT_BASE, connector_base, remote_job_dir
+from ..jobs.record import RESULT_FILES
+from ..runtime.files import DEFAULT_BASE, connector_base, fetch_outputs, remote_job_dir
 from .decide import banner_seen
 
 if TYPE_CHECKING:
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("launchers.local")
 
-#: Files copied back from the remote job directory once a job has ended.
-FETCHED = ("job.out", "job.err", "job.rc", "result.json", "result.pickle", "error.json")
+#: Files copied back from the remote job directory once a job has ended (whole).
+FETCHED = RESULT_FILES
 #: The connector's ``workdir`` when it names none (``~`` is the remote home).
 DEFAULT_ROOT = DEFAULT_BASE
 
@@ -105,16 +105,7 @@ class ConnectorJobFiles(JobFiles):
         await connector.write_file(f"{where}/params.json", job.paths.params.read_bytes())
 
     async def fetch(self, job: JobHandle, where: str) -> None:
-        connector = self.connector()
-        for name in FETCHED:
-            try:
-                data = await connector.read_file(f"{where}/{name}")
-            except FileNotFoundError:
-                continue
-            except Exception as e:  # a missing output must not hide the job's state
-                log.warning("%s: cannot copy %s back: %s", job.task_id, name, e)
-                continue
-            atomic_write_bytes(job.directory / name, data)
+        await fetch_outputs(self.connector(), where, job.directory, max_bytes=None, log=log)
 
 
 __all__ = [
