@@ -33,6 +33,7 @@ from ..remote.unicore_executor import executor_from_record as unicore_from_recor
 from ..runtime.files import fetch_outputs
 from . import queue as Q
 from . import runner as R
+from .decide import entry_names, lost_claims, parse_entry, requeue_target, snapshot_of
 from .remote import RemoteSnapshot, pending_entry
 
 if TYPE_CHECKING:
@@ -47,60 +48,6 @@ TASKS = "tasks"
 
 
 # -- pure pieces --------------------------------------------------------------------------------
-
-
-def parse_entry(data: bytes | str | None) -> dict[str, Any] | None:
-    """A queue entry: the JSON object in ``data``, None when absent or incomplete (pure)."""
-    if data is None:
-        return None
-    try:
-        value = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def entry_names(names: Sequence[str]) -> list[str]:
-    """Visible names of a listing (hidden temporaries and probes dropped), sorted (pure)."""
-    return sorted(n for n in names if n and not n.startswith("."))
-
-
-def snapshot_of(
-    pending: Sequence[str], running: Sequence[str], done: Sequence[str], runners: Sequence[str] = ()
-) -> Q.Snapshot:
-    """Three listings as a ``Snapshot`` (the cancel listing is not read over REST) (pure)."""
-    pend: dict[str, str] = {}
-    for name in pending:
-        parsed = R.split_pending(name)
-        if parsed is not None:
-            pend[parsed[1]] = name
-
-    def ids(names: Sequence[str]) -> frozenset[str]:
-        return frozenset(n[:-5] for n in names if n.endswith(".json"))
-
-    return Q.Snapshot(
-        pending=pend,
-        running=ids(running),
-        done=ids(done),
-        cancel=frozenset(),
-        runners=frozenset(runners),
-    )
-
-
-def lost_claims(
-    running: Mapping[str, Mapping[str, Any]], final_runners: Sequence[str]
-) -> list[str]:
-    """Task ids claimed by a runner whose pilot is final (pure)."""
-    finals = set(final_runners)
-    return sorted(t for t, e in running.items() if str(e.get("runner")) in finals)
-
-
-def requeue_target(task_id: str, entry: Mapping[str, Any], cancelled: bool) -> str:
-    """Where a lost claim goes: ``done/<id>.json`` when its cancel was asked, else back to
-    ``pending/<seq>-<id>.json`` with its attempt kept (pure)."""
-    if cancelled:
-        return f"{R.DONE}/{task_id}.json"
-    return f"{R.PENDING}/{R.pending_name(int(entry.get('seq') or 0), task_id)}"
 
 
 def cancelled_entry(task_id: str) -> dict[str, Any]:
