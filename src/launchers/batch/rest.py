@@ -7,8 +7,9 @@ which runs where the queue is, still does every other state change by ``rename(2
 reads the queue with few requests per cycle: one listing each of ``pending/``, ``running/`` and
 ``done/``, plus one read per entry that appeared since the last cycle (entries are cached).
 
-``RestQueue`` holds the protocol; ``UnicoreQueue`` and ``FirecrestQueue`` only provide the file
-primitives (list, read, write, delete, rename, mkdir), run in worker threads.
+``RestQueue`` holds the protocol over the site's files (``remote.storage``: list, read, write,
+remove, rename, mkdir, run in worker threads); ``UnicoreQueue`` and ``FirecrestQueue`` only say
+where the queue is and which store holds it.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ from urllib.parse import quote
 
 import attrs
 
-from ..errors import ConnectorError, LaunchersError
+from ..errors import AuthenticationError, ConnectorError, LaunchersError
 from ..remote.firecrest_kind import executor_from_record as firecrest_from_record
-from ..remote.retry import firecrest_transient, status_of, with_retries
-from ..remote.storage import unicore_action_path, unicore_path
+from ..remote.retry import with_retries
 from ..remote.unicore_executor import executor_from_record as unicore_from_record
 from ..runtime.files import fetch_outputs
 from . import queue as Q
@@ -38,6 +38,7 @@ from .remote import RemoteSnapshot, pending_entry
 
 if TYPE_CHECKING:
     from ..remote.firecrest_executor import FirecrestExecutor
+    from ..remote.storage import FirecrestStorage, UnicoreStorage
     from ..remote.unicore_executor import UnicoreExecutor
 
 log = logging.getLogger("launchers.batch")
@@ -85,40 +86,72 @@ class RestQueue(abc.ABC):
     _lock: asyncio.Lock | None = None
     #: requests sent by this queue (tests and docs count them)
     requests: int = 0
+    #: the site's files holding the queue (``remote.storage``), set by ``resolve_sync``
+    store: UnicoreStorage | FirecrestStorage | None = None
+    #: the queue directory in the store's paths (relative to a UNICORE storage's root)
+    root: str = ""
 
     @abc.abstractmethod
     def locator(self) -> dict[str, Any]:
         """What a job record keeps to reach this queue again (``launchers cancel``)."""
 
-    # primitives (blocking; called in worker threads) -------------------------------------------
+    # primitives over the store (blocking; called in worker threads) ------------------------------
 
     @abc.abstractmethod
     def resolve_sync(self) -> None:
-        """Find the queue's absolute path on the site (sets ``path``)."""
+        """Find the queue on the site: its absolute ``path``, the ``store`` holding it and the
+        queue's ``root`` in that store's paths."""
 
-    @abc.abstractmethod
+    def _at(self, rel: str) -> str:
+        return posixpath.join(self.root, rel) if rel else self.root
+
+    def _store(self) -> UnicoreStorage | FirecrestStorage:
+        assert self.store is not None, "resolve_sync first"
+        return self.store
+
     def list_sync(self, rel: str) -> list[str] | None:
         """Names in a directory; None when it does not exist."""
+        try:
+            return self._store().listdir_sync(self._at(rel))
+        except FileNotFoundError:
+            return None
 
-    @abc.abstractmethod
     def read_sync(self, rel: str) -> bytes | None:
-        """A file's bytes; None when it does not exist."""
+        """A whole file's bytes, exactly as on the site (one read); None when it does not exist."""
+        return self._store().read_whole_sync(self._at(rel))
 
-    @abc.abstractmethod
     def write_sync(self, rel: str, data: bytes) -> None:
         """Write a file in place (its directory exists)."""
+        self._store().write_sync(self._at(rel), data)
 
-    @abc.abstractmethod
     def delete_sync(self, rel: str) -> bool:
         """Remove a file or a directory tree; False when it did not exist (or could not go)."""
+        try:
+            return self._store().remove_sync(self._at(rel))
+        except AuthenticationError:
+            raise
+        except LaunchersError as e:
+            log.debug("batch queue %s: cannot remove %s: %s", self.path, rel, e)
+            return False
 
-    @abc.abstractmethod
     def mkdirs_sync(self, rels: Sequence[str]) -> None:
         """Create directories (with their parents)."""
+        for rel in rels:
+            self._store().mkdir_sync(self._at(rel))
 
     def rename_sync(self, src: str, dst: str) -> bool:
-        """Rename ``src`` to ``dst``; False when ``src`` is gone. Only when ``can_rename``."""
-        raise LaunchersError("this transport has no rename")
+        """Rename ``src`` to ``dst``; False when ``src`` is gone (a runner claimed it) or the
+        rename failed. Only when ``can_rename``."""
+        if not self.can_rename:
+            raise LaunchersError("this transport has no rename")
+        try:
+            self._store().rename_sync(self._at(src), self._at(dst))
+        except AuthenticationError:
+            raise
+        except (FileNotFoundError, LaunchersError) as e:
+            log.debug("batch queue %s: rename %s -> %s: %s", self.path, src, dst, e)
+            return False
+        return True
 
     # helpers ---------------------------------------------------------------------------------
 
@@ -317,13 +350,11 @@ class RestQueue(abc.ABC):
 @attrs.define(eq=False)
 class UnicoreQueue(RestQueue):
     """The queue at ``launchers/batch/<shape>`` in a UNICORE storage (``site.batch_storage``):
-    files through ``/storages/NAME/files/...``, renames through the storage's ``rename`` action."""
+    its files through the storage's ``UnicoreStorage`` (renames through its ``rename`` action)."""
 
     executor: UnicoreExecutor | None = None
     storage: str = "HOME"
     rel: str = ""
-    _files_url: str = ""
-    _rename_url: str = ""
 
     def _ex(self) -> UnicoreExecutor:
         assert self.executor is not None
@@ -337,19 +368,16 @@ class UnicoreQueue(RestQueue):
             "rel": self.rel,
         }
 
-    def _retry(self, fn: Any, what: str) -> Any:
-        ex = self._ex()
-        return with_retries(fn, f"UNICORE {ex.site.url}: {what}", tries=4, secrets=ex._secrets)
-
-    def _url(self, rel: str) -> str:
-        path = posixpath.join(self.rel, rel) if rel else self.rel
-        return f"{self._files_url}/{unicore_path(path)}"  # the site decodes file paths twice
-
     def resolve_sync(self) -> None:
         ex = self._ex()
         url = f"{ex.site.url.rstrip('/')}/storages/{quote(self.storage)}"
         try:
-            props = self._retry(lambda: ex._get(url), f"storage {self.storage}")
+            props = with_retries(
+                lambda: ex._get(url),
+                f"UNICORE {ex.site.url}: storage {self.storage}",
+                tries=4,
+                secrets=ex._secrets,
+            )
         except LaunchersError:
             raise
         except Exception as e:
@@ -364,82 +392,12 @@ class UnicoreQueue(RestQueue):
                 f"UNICORE storage {self.storage!r} does not tell its mountPoint: the pilot "
                 "could not find the queue"
             )
-        self._files_url = str((links.get("files") or {}).get("href") or url + "/files").rstrip("/")
-        self._rename_url = str((links.get("action:rename") or {}).get("href") or "")
-        self.can_rename = bool(self._rename_url)
+        files_url = str((links.get("files") or {}).get("href") or url + "/files").rstrip("/")
+        rename_url = str((links.get("action:rename") or {}).get("href") or "")
+        self.store = ex.storage(files_url, rename_url)
+        self.can_rename = self.store.can_rename
+        self.root = self.rel
         self.path = posixpath.join(mount.rstrip("/") or "/", self.rel)
-
-    def list_sync(self, rel: str) -> list[str] | None:
-        try:
-            props = self._retry(
-                lambda: self._ex()._get(self._url(rel), headers={"Accept": "application/json"}),
-                f"list {rel}",
-            )
-        except Exception as e:
-            if status_of(e) == 404:
-                return None
-            raise
-        return [posixpath.basename(str(k).rstrip("/")) for k in (props.get("content") or {})]
-
-    def read_sync(self, rel: str) -> bytes | None:
-        def get() -> bytes | None:
-            try:
-                resp = self._ex()._get(
-                    self._url(rel), headers={"Accept": "application/octet-stream"}, to_json=False
-                )
-            except Exception as e:
-                if status_of(e) == 404:
-                    return None
-                raise
-            return bytes(resp.content)
-
-        return self._retry(get, f"read {rel}")
-
-    def write_sync(self, rel: str, data: bytes) -> None:
-        transport = self._ex().client().transport
-        self._retry(
-            lambda: transport.put(
-                url=self._url(rel),
-                headers={"Content-Type": "application/octet-stream"},
-                content=data,
-            ).close(),
-            f"write {rel}",
-        )
-
-    def delete_sync(self, rel: str) -> bool:
-        transport = self._ex().client().transport
-        try:
-            self._retry(lambda: transport.delete(url=self._url(rel)).close(), f"delete {rel}")
-        except LaunchersError:
-            raise
-        except Exception:
-            return False
-        return True
-
-    def mkdirs_sync(self, rels: Sequence[str]) -> None:
-        transport = self._ex().client().transport
-        for rel in rels:
-            self._retry(
-                lambda rel=rel: transport.post(url=self._url(rel), json={}).close(), f"mkdir {rel}"
-            )
-
-    def rename_sync(self, src: str, dst: str) -> bool:
-        transport = self._ex().client().transport
-
-        body = {
-            "from": unicore_action_path(posixpath.join(self.rel, src)),
-            "to": unicore_action_path(posixpath.join(self.rel, dst)),
-        }
-        try:
-            self._retry(
-                lambda: transport.post(url=self._rename_url, json=body).close(), f"rename {src}"
-            )
-        except LaunchersError:
-            raise
-        except Exception as e:  # the source is gone (a runner claimed it) or the rename failed
-            log.debug("UNICORE rename %s -> %s: %s", src, dst, e)
-            return False
-        return True
 
 
 # -- firecREST ------------------------------------------------------------------------------------------
@@ -447,10 +405,11 @@ class UnicoreQueue(RestQueue):
 
 @attrs.define(eq=False)
 class FirecrestQueue(RestQueue):
-    """The queue at ``<workdir>/batch/<shape>`` on a firecREST system: ``ops/ls``, ``ops/view``,
-    ``ops/upload``, ``ops/rm``, ``ops/mkdir``. firecREST v2 moves files only in a scheduler job
-    (``transfer/mv``): no cheap rename, so cancel removes the pending entry and recovery is left
-    to the next pilot's runner."""
+    """The queue at ``<workdir>/batch/<shape>`` on a firecREST system, its files through the
+    executor's ``FirecrestStorage`` (``ops/ls``, byte-exact reads, ``ops/upload``, ``ops/rm``,
+    ``ops/mkdir``). firecREST v2 moves files only in a scheduler job (``transfer/mv``): no
+    cheap rename, so cancel removes the pending entry and recovery is left to the next
+    pilot's runner."""
 
     executor: FirecrestExecutor | None = None
     key: str = ""
@@ -462,65 +421,10 @@ class FirecrestQueue(RestQueue):
     def locator(self) -> dict[str, Any]:
         return {"kind": "firecrest", "site": self._ex()._site_record(), "key": self.key}
 
-    def _abs(self, rel: str) -> str:
-        return posixpath.join(self.path, rel) if rel else self.path
-
     def resolve_sync(self) -> None:
-        self.path = posixpath.join(self._ex().base_dir(), "batch", self.key)
-
-    def _missing(self, fn: Any, what: str) -> Any:
-        """``fn(client)``, or None when the site answers 404 (no such file)."""
-
         ex = self._ex()
-        try:
-            return with_retries(
-                lambda: fn(ex.client()),
-                f"firecREST {what}",
-                tries=4,
-                transient=firecrest_transient,
-                secrets=ex._secrets,
-            )
-        except LaunchersError:
-            raise
-        except Exception as e:
-            if status_of(e) == 404:
-                return None
-            raise ConnectorError(f"firecREST {what}: {ex._message(e)}") from None
-
-    def list_sync(self, rel: str) -> list[str] | None:
-        machine = self._ex().site.machine
-        rows = self._missing(lambda c: c.list_files(machine, self._abs(rel)), f"ls {rel}")
-        return None if rows is None else [str(r.get("name")) for r in rows]
-
-    def read_sync(self, rel: str) -> bytes | None:
-        """Byte-exact (an entry with the size firecREST needs, a task's output with non-UTF-8
-        bytes): the executor's reader (``ops/download``, ``ops/tail``, ``ops/view``)."""
-        return self._ex().read_bytes_sync(self._abs(rel))
-
-    def write_sync(self, rel: str, data: bytes) -> None:
-        ex = self._ex()
-        path = self._abs(rel)
-        ex._call(
-            f"firecREST upload {rel}",
-            lambda c: ex._upload(c, posixpath.dirname(path), posixpath.basename(path), data),
-        )
-
-    def delete_sync(self, rel: str) -> bool:
-        machine = self._ex().site.machine
-        try:
-            done = self._missing(lambda c: c.rm(machine, self._abs(rel)) or True, f"rm {rel}")
-        except ConnectorError:
-            return False
-        return done is not None
-
-    def mkdirs_sync(self, rels: Sequence[str]) -> None:
-        ex = self._ex()
-        for rel in rels:
-            path = self._abs(rel)
-            ex._call(
-                f"firecREST mkdir {rel}",
-                lambda c, path=path: c.mkdir(ex.site.machine, path, create_parents=True),
-            )
+        self.store = ex.files
+        self.root = self.path = posixpath.join(ex.base_dir(), "batch", self.key)
 
 
 # -- choosing the transport -------------------------------------------------------------------------

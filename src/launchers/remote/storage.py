@@ -177,6 +177,10 @@ class UnicoreStorage(_Threaded):
 
         return self._fetch(path, start_for if copied > 0 else None)
 
+    def read_whole_sync(self, path: str) -> bytes | None:
+        """The whole file in one ``GET``; None when it does not exist."""
+        return self._fetch(path, None)
+
     def read_sync(self, path: str, offset: int = 0, size: int | None = None) -> bytes:
         def start_for(length: int) -> int | None:
             return offset if offset < length else None
@@ -356,6 +360,11 @@ class FirecrestStorage(_Threaded):
                 break
             out += data
         return bytes(out if size is None else out[:size])
+
+    def read_whole_sync(self, path: str) -> bytes | None:
+        """The whole file, byte-exact (``read_bytes_sync`` from 0 reads it all); None when it
+        does not exist."""
+        return self.read_bytes_sync(path, 0)
 
     def read_bytes_sync(self, path: str, offset: int = 0) -> bytes | None:
         """The bytes of ``path`` from ``offset`` known exactly now (None: no such file): all of
