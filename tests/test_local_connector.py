@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from file_store_checks import check_file_store
 from launchers.connectors import local
 from launchers.connectors.local import LocalConnector
 from launchers.errors import ConnectorError
 from launchers.runtime import loop
 from launchers.runtime.loopthread import LoopThread
-from test_ssh_connector import check_file_store
 
 
 @pytest.fixture(params=["pidfd", "thread"])

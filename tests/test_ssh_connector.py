@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from file_store_checks import check_file_store
 from launchers.config.model import LaunchersConfig, SSHConnectorConfig
 from launchers.connectors import registry
 from launchers.connectors.ssh import (
@@ -324,30 +325,6 @@ def test_login_shell_keeps_quoting(sandbox: dict[str, str]) -> None:
 
 
 # ----------------------------------------------------------------------------- files
-
-
-async def check_file_store(c: Any, base: str) -> None:
-    """The ``protocols.FileStore`` side of a connector (also run on the local one)."""
-    store = c.files
-    assert store is c and c.runner is c and store.can_rename
-    await store.mkdir(f"{base}/q/sub")
-    await store.write(f"{base}/q/a.json", b"{}")
-    assert await store.read(f"{base}/q/a.json") == b"{}"
-    assert await store.read(f"{base}/q/a.json", 1, 5) == b"}"
-    assert await store.stat_size(f"{base}/q/a.json") == 2
-    assert await store.stat_size(f"{base}/q/none") is None
-    assert sorted(await store.listdir(f"{base}/q")) == ["a.json", "sub"]
-    await store.rename(f"{base}/q/a.json", f"{base}/q/sub/b.json")
-    assert await store.listdir(f"{base}/q/sub") == ["b.json"]
-    with pytest.raises(FileNotFoundError):
-        await store.rename(f"{base}/q/a.json", f"{base}/q/c.json")
-    with pytest.raises(FileNotFoundError):
-        await store.listdir(f"{base}/none")
-    assert await store.remove(f"{base}/q/sub/b.json")
-    assert not await store.remove(f"{base}/q/sub/b.json")
-    await store.write(f"{base}/q/sub/c", b"x")
-    assert await store.remove(f"{base}/q")  # a directory with what it holds
-    assert await store.stat_size(f"{base}/q") is None
 
 
 @pytest.mark.ssh
