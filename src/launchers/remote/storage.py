@@ -83,6 +83,13 @@ class _Threaded:
     async def read(self, path: str, offset: int = 0, size: int | None = None) -> bytes:
         return await asyncio.to_thread(self.read_sync, path, offset, size)
 
+    def read_whole_sync(self, path: str) -> bytes | None:
+        raise NotImplementedError
+
+    async def read_whole(self, path: str) -> bytes | None:
+        """The whole file in as few requests as the site allows; None when it does not exist."""
+        return await asyncio.to_thread(self.read_whole_sync, path)
+
     async def write(self, path: str, data: bytes) -> None:
         await asyncio.to_thread(self.write_sync, path, data)
 
