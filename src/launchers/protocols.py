@@ -1,14 +1,17 @@
 """What the runtime and the executors use of the objects above them, as protocols
 (docs/jobs.md, Layers): ``JobHandle`` is a job as an executor sees it (``jobs.job.Job``
-implements it; a test may pass a fake), ``Clock`` the time an executor reads, ``FileStore`` the
-files at one place an executor reaches (a remote site's storage)."""
+implements it; a test may pass a fake), ``Clock`` the time an executor reads, ``Runner`` the
+commands and ``FileStore`` the files at one place an executor reaches (this machine or a host
+over SSH: a connector is both; a remote site's storage is a ``FileStore``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from .connectors.base import CommandResult
     from .jobs.record import JobPaths, StateRecord
     from .jobs.state import JobState
     from .jobs.task import Task
@@ -94,6 +97,33 @@ class Clock(Protocol):
     def monotonic(self) -> float: ...
 
 
+class Runner(Protocol):
+    """Runs commands at one place: this machine (a subprocess) or a host over SSH. A connector
+    (``connectors.base.Connector``) is one, and the ``FileStore`` of the same place."""
+
+    #: the name used in records and messages
+    name: str
+    #: True when paths are paths of this machine (no copy needed)
+    is_local: bool
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        input: bytes | None = None,
+    ) -> CommandResult:
+        """Run ``argv`` (no shell); ``ConnectorError`` when the transport fails or ``timeout``
+        passes."""
+        ...
+
+    async def home(self) -> str:
+        """The home directory there (to expand ``~``)."""
+        ...
+
+
 class FileStore(Protocol):
     """Files at one place (a UNICORE storage, a firecREST file system...), as the executors and
     the queues of batched tasks use them (docs/remote-sites.md, "Remote files").
@@ -136,4 +166,4 @@ class FileStore(Protocol):
         ...
 
 
-__all__ = ["Clock", "FileStore", "JobHandle"]
+__all__ = ["Clock", "FileStore", "JobHandle", "Runner"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from file_store_checks import check_file_store
 from launchers.connectors import local
 from launchers.connectors.local import LocalConnector
 from launchers.errors import ConnectorError
@@ -191,3 +192,7 @@ def test_no_pidfd_for_one_command_falls_back_to_a_thread(monkeypatch: pytest.Mon
     assert (res.returncode, res.stdout) == (4, "fine\n")  # type: ignore[attr-defined]
     with pytest.raises(ConnectorError, match="gave no answer"):
         run(LocalConnector().run(["sleep", "20"], timeout=0.3))
+
+
+def test_the_local_connector_is_a_file_store(tmp_path: Path) -> None:
+    run(check_file_store(LocalConnector(), str(tmp_path)))

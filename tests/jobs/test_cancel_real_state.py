@@ -33,7 +33,7 @@ def _job(tmp_path: Path, rc: int, signal: int | None, *, cancel: bool) -> types.
         (3, None, True, JobState.FAILED, "exit code 3"),  # failed before the cancel arrived
         (143, 15, True, JobState.CANCELLED, "cancelled on request"),  # the cancel's TERM ended it
         (0, 15, True, JobState.CANCELLED, "cancelled on request"),  # the task caught TERM, exit 0
-        (0, None, True, JobState.COMPLETED, None),  # the job won
+        (0, None, True, JobState.COMPLETED, ""),  # the job won (the reason cleared)
         (143, 15, False, JobState.FAILED, "killed by signal 15"),  # someone else's signal
     ],
 )

@@ -66,10 +66,10 @@ def brief(update: StateUpdate | None) -> tuple[Any, ...] | None:
 @pytest.mark.parametrize(
     ("rc", "alive", "running", "cancel", "kill_signal", "expected"),
     [
-        # job.rc ends it, whatever the process looks like
-        (OK, True, True, False, 9, (JobState.COMPLETED, "job.rc", None, 0, None)),
-        (OK, False, True, True, 9, (JobState.COMPLETED, "job.rc", None, 0, None)),
-        (NO_ATTEMPT, None, True, False, 9, (JobState.COMPLETED, "job.rc", None, 0, None)),
+        # job.rc ends it, whatever the process looks like; COMPLETED clears the reason
+        (OK, True, True, False, 9, (JobState.COMPLETED, "job.rc", "", 0, None)),
+        (OK, False, True, True, 9, (JobState.COMPLETED, "job.rc", "", 0, None)),
+        (NO_ATTEMPT, None, True, False, 9, (JobState.COMPLETED, "job.rc", "", 0, None)),
         (EXIT3, False, True, False, 9, (JobState.FAILED, "job.rc", "exit code 3", 3, None)),
         # a signal: CANCELLED after our cancel, else FAILED with the signal
         (KILLED, False, True, True, 9, (JobState.CANCELLED, "job.rc", "cancelled on request", None, 15)),

@@ -140,6 +140,9 @@ def row(state: str, **status: Any) -> dict[str, Any]:
         (row("FAILED"), None, False, JobState.FAILED, None, "FAILED"),
         (row("CANCELLED by 0"), None, True, JobState.CANCELLED, None, "cancelled on request"),
         (row("TIMEOUT"), rc(143, 15), False, JobState.TIMEOUT, 143, "exit code 143"),
+        # a signalled job.rc after a cancel request is CANCELLED (update_for_rc); it was FAILED
+        (row("COMPLETED"), rc(143, 15), True, JobState.CANCELLED, 143, "cancelled on request"),
+        (row("COMPLETED"), rc(143, 15), False, JobState.FAILED, 143, "exit code 143"),
     ],
 )  # fmt: skip
 def test_firecrest_update(
@@ -178,22 +181,49 @@ RCS = [rc(0), rc(1), rc(143, 15), rc(0, 9), RcRecord(rc=None, signal=15)]
 @pytest.mark.parametrize("rc_", RCS, ids=lambda r: f"rc={r.rc},signal={r.signal}")
 def test_a_site_success_is_judged_by_job_rc_as_update_for_rc_judges_it(rc_: RcRecord) -> None:
     """Where the site says the job succeeded (UNICORE SUCCESSFUL, Slurm's COMPLETED through
-    firecREST), ``job.rc`` decides its state, exit code and signal as ``update_for_rc`` does for
-    every kind (the reasons stay each site's). After a cancel request UNICORE agrees on state
-    and code (it records no signal); firecREST keeps Slurm's verdict that the script ended."""
+    firecREST), ``job.rc`` decides its state, exit code, signal and times as ``update_for_rc``
+    does for every kind (the reasons of a failure stay each site's): a signalled job.rc after a
+    cancel request is CANCELLED on both sites (firecREST said FAILED before the rule was one),
+    and COMPLETED clears the reason."""
     for cancel in (False, True):
         want = update_for_rc(rc_, attempt=1, cancelled=cancel)
         assert want is not None
         unicore = D.unicore_final({"status": "SUCCESSFUL"}, rc_, cancel_requested=cancel)
         firecrest = D.firecrest_update(row("COMPLETED"), rc_, cancel_requested=cancel)
         assert firecrest is not None
-        if want.state is JobState.CANCELLED:  # signalled, after a cancel request
-            assert (unicore.state, unicore.exit_code) == (want.state, want.exit_code)
-            assert (firecrest.state, firecrest.exit_code) == (JobState.FAILED, want.exit_code)
-            continue
-        triple = (want.state, want.exit_code, want.signal)
-        assert (unicore.state, unicore.exit_code, unicore.signal) == triple
-        assert (firecrest.state, firecrest.exit_code, firecrest.signal) == triple
+        for site in (unicore, firecrest):
+            assert (site.state, site.exit_code, site.signal) == (
+                want.state,
+                want.exit_code,
+                want.signal,
+            )
+            assert (site.started_at, site.ended_at) == (want.started_at, want.ended_at)
+            if want.state is not JobState.FAILED:
+                assert site.reason == want.reason
+
+
+def test_update_for_rc_is_the_one_rule() -> None:
+    """COMPLETED clears the reason; a signal after a cancel is CANCELLED, without a cancel
+    FAILED; an rc of another attempt is ignored unless the caller knows it is this run's."""
+    done = RcRecord(rc=0, signal=None, start="s", end="e", attempt=2)
+    update = update_for_rc(done, attempt=2)
+    assert update is not None
+    assert (update.state, update.reason, update.started_at, update.ended_at) == (
+        JobState.COMPLETED,
+        "",
+        "s",
+        "e",
+    )
+    assert update_for_rc(done, attempt=3) is None
+    assert update_for_rc(done, attempt=None) is not None
+    killed = RcRecord(rc=143, signal=15)
+    cancelled = update_for_rc(killed, attempt=1, cancelled=True)
+    failed = update_for_rc(killed, attempt=1)
+    assert cancelled is not None and cancelled.state is JobState.CANCELLED
+    assert failed is not None and (failed.state, failed.reason) == (
+        JobState.FAILED,
+        "killed by signal 15",
+    )
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ import attrs
 from ..config.loader import load_config
 from ..connectors.registry import get_connector
 from ..errors import LaunchersError
+from ..jobs.record import FOLLOWED, RESULT_FILES
 from ..jobs.state import JobState
 from ..jobs.task import KIND_COMMAND
 from ..jobs.update import StateUpdate
@@ -45,8 +46,8 @@ from .pilots import (
     refusal,
     refused_pilots,
 )
-from .remote import RemoteQueue, connector_of, remote_base
-from .rest import RestQueue, check_rest_site, rest_queue, rest_queue_from_locator
+from .remote import RemoteQueue, StoreQueue, connector_of, remote_base
+from .rest import check_rest_site, rest_queue, rest_queue_from_locator
 from .shape import (
     MAX_AUTO_SLOTS,
     MIN_WALLTIME,
@@ -108,7 +109,7 @@ class BatchExecutor(Executor):
     def _is_remote(batch: BatchLauncher) -> bool:
         return getattr(batch.inner, "connector", "local") not in ("local", None)
 
-    def _remote_queue(self, batch: BatchLauncher, key: str) -> RemoteQueue | RestQueue | None:
+    def _remote_queue(self, batch: BatchLauncher, key: str) -> StoreQueue | None:
         """Where the queue lives when the pilot does not see this machine: under an SSH
         connector's ``workdir`` (``batch/<shape key>``), or at a UNICORE/firecREST site."""
         if batch.inner.kind in REST_KINDS:
@@ -120,8 +121,8 @@ class BatchExecutor(Executor):
             getattr(getattr(batch.inner, "group", None), "position", None), "file", None
         )
         return RemoteQueue(
-            connector,
-            f"{remote_base(connector)}/batch/{key}",
+            connector=connector,
+            path=f"{remote_base(connector)}/batch/{key}",
             config_file=str(config_file) if config_file else None,
         )
 
@@ -193,7 +194,7 @@ class BatchExecutor(Executor):
             await shape.remote.ensure()
             entry["dir"] = await shape.remote.prepare_task(job.task_id)
         Q.clear_previous(shape.queue, job.task_id)
-        for name in ("job.rc", "result.json", "result.pickle", "error.json"):
+        for name in (n for n in RESULT_FILES if n not in FOLLOWED):  # a previous run's results
             with contextlib.suppress(FileNotFoundError):
                 (job.directory / name).unlink()
         job.apply(
@@ -339,8 +340,9 @@ class BatchExecutor(Executor):
             claimed = {str(e.get("runner")) for e in rs.running.values()}
             lost_claimed = set(lost) & claimed
             now = time.monotonic()
-            if isinstance(shape.remote, RestQueue):
-                # no heartbeat ages over REST (the runners check those): claims of final pilots only
+            if not shape.remote.runs_python:
+                # no heartbeat ages without Python there (the runners check those): claims of
+                # final pilots only
                 known = set() if shape.remote.can_rename else shape.remote.lost_runners
                 go = bool(lost_claimed - known)
             else:
@@ -378,10 +380,8 @@ class BatchExecutor(Executor):
                 out[job] = claimed_by_runner(entry, pilot_of(shape, runner))
             elif tid in snap.pending and job.state is JobState.RUNNING:
                 out[job] = requeued()
-        orphaned = (
-            isinstance(shape.remote, RestQueue)
-            and bool(shape.remote.lost_runners)
-            and any(str(e.get("runner")) in shape.remote.lost_runners for e in rs.running.values())
+        orphaned = bool(shape.remote.lost_runners) and any(
+            str(e.get("runner")) in shape.remote.lost_runners for e in rs.running.values()
         )
         if orphaned and not snap.pending:
             # claims of a final pilot that no rename can re-queue: the next pilot's runner does
@@ -530,7 +530,7 @@ def _remote_info(shape: Shape) -> dict[str, Any]:
     return {"remote_queue": shape.remote.path, "locator": shape.remote.locator()}
 
 
-def queue_from_locator(task_id: str, locator: Any) -> RemoteQueue | RestQueue:
+def queue_from_locator(task_id: str, locator: Any) -> StoreQueue:
     """The remote queue a record's ``locator`` names (SSH connector, UNICORE or firecREST site)."""
     if not isinstance(locator, Mapping):
         raise LaunchersError(
@@ -540,7 +540,9 @@ def queue_from_locator(task_id: str, locator: Any) -> RemoteQueue | RestQueue:
     kind = locator.get("kind")
     if kind == "ssh":
         connector = get_connector(str(locator.get("connector")), load_config(locator.get("config")))
-        return RemoteQueue(connector, str(locator.get("path")), config_file=locator.get("config"))
+        return RemoteQueue(
+            connector=connector, path=str(locator.get("path")), config_file=locator.get("config")
+        )
     if kind in REST_KINDS:
         return rest_queue_from_locator(task_id, locator)
     raise LaunchersError(f"job {task_id}: unknown batch queue transport {kind!r} in its record")

@@ -29,8 +29,7 @@ from . import queue as Q
 from . import runner as R
 from .decide import pilot_refused
 from .launcher import BatchLauncher
-from .remote import RemoteQueue, RemoteSnapshot
-from .rest import RestQueue
+from .remote import RemoteSnapshot, StoreQueue
 from .shape import (
     REST_KINDS,
     _pilot_slurm_launcher,
@@ -68,7 +67,7 @@ class Shape:
     jobs: dict[str, JobHandle] = attrs.field(factory=dict)
     refused_pilot: str | None = None
     #: the queue on the far side of an SSH connector or a REST API (None: the local queue is the queue)
-    remote: RemoteQueue | RestQueue | None = None
+    remote: StoreQueue | None = None
     #: the remote queue's last scan (entries read in the same command)
     last_remote: RemoteSnapshot | None = None
     #: when the remote queue was last checked for lost runners (monotonic)
@@ -183,8 +182,8 @@ def submit_pilot(shape: Shape) -> None:
         "--pilot",
         f"{pilot_name(shape.key, n)}-{uuid.uuid4().hex[:8]}",
     ]
-    if isinstance(shape.remote, RestQueue):
-        argv += shape.remote.pilot_args()
+    if shape.remote is not None:
+        argv += shape.remote.pilot_args()  # --lost-runner R: claims no rename could re-queue
     task = command(argv, name=pilot_name(shape.key, n), cwd=qpath, resumable=inner.kind == "slurm")
     if inner.kind in ("slurm", *REST_KINDS):
         launcher = _pilot_slurm_launcher(inner, batch, res, slots, walltime)

@@ -13,10 +13,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from ..errors import LaunchersError
 from . import runner as R
+from .decide import Snapshot
 
 RUNNER_FILE = "runner.py"
 
@@ -103,23 +102,6 @@ def cancel_task(queue: str | os.PathLike[str], task_id: str) -> str:
             return "cancelled"
     request_cancel(queue, task_id)
     return "requested"
-
-
-@attrs.frozen
-class Snapshot:
-    """One scan of a queue: one listing per subdirectory."""
-
-    pending: Mapping[str, str]  # task id -> pending file name
-    running: frozenset[str]
-    done: frozenset[str]
-    cancel: frozenset[str]
-    runners: frozenset[str]
-
-    @property
-    def oldest_seq(self) -> int | None:
-        """The ``seq`` (submit time, ns) of the oldest pending entry."""
-        seqs = [p[0] for p in (R.split_pending(n) for n in self.pending.values()) if p is not None]
-        return min(seqs) if seqs else None
 
 
 def scan(queue: str | os.PathLike[str]) -> Snapshot:

@@ -1,25 +1,38 @@
-"""The queue directory protocol over a connector (docs/design/batching.md §3.3): the queue lives under the
-SSH connector's ``workdir``; publication goes through SFTP (temporary name + rename) and each
-manager cycle reads the whole queue with ONE remote command."""
+"""The queue directory protocol for queues that live elsewhere (docs/design/batching.md §3.3):
+``StoreQueue``, the protocol over a ``protocols.FileStore`` (publish, scan with cached entries,
+cancel, recovery, outputs), the transports differing by capabilities (``can_rename``,
+``runs_python``); and ``RemoteQueue``, the queue under an SSH connector's ``workdir``:
+publication through SFTP (temporary name + rename), each manager cycle reading the whole queue
+with ONE remote command (``runs_python``). The REST sites' queues are ``batch.rest``."""
 
 from __future__ import annotations
 
+import abc
+import asyncio
 import json
+import logging
+import posixpath
 import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
 from ..connectors.registry import get_connector
-from ..errors import ConnectorError, LaunchersError
+from ..errors import AuthenticationError, ConnectorError, LaunchersError
+from ..jobs.record import RESULT_FILES
+from ..runtime.files import configured_base, fetch_outputs
 from . import queue as Q
 from . import runner as R
+from .decide import entry_names, lost_claims, parse_entry, requeue_target, snapshot_of
 
 if TYPE_CHECKING:
     from ..connectors.base import Connector
+    from ..protocols import FileStore
+
+log = logging.getLogger("launchers.batch")
 
 #: lists every subdirectory and reads done/, running/ and runners/ entries; prints one JSON object
 SCAN_SCRIPT = r"""
@@ -83,7 +96,10 @@ import runner
 print(json.dumps(runner.recover_lost(q, sys.argv[2], float(sys.argv[3]), sys.argv[4:])))
 """
 
-OUTPUTS = ("job.out", "job.err", "job.rc", "result.json", "result.pickle", "error.json")
+OUTPUTS = RESULT_FILES
+#: entries read at once during a scan (worker threads)
+READ_PARALLEL = 8
+TASKS = "tasks"
 
 
 @attrs.frozen
@@ -138,11 +154,8 @@ def connector_of(inner: Any) -> Connector:
 
 
 def remote_base(connector: Connector) -> str:
-    """The connector's ``workdir`` (where remote queues live)."""
-    base = (
-        getattr(getattr(connector, "config", None), "workdir", None) or "~/.local/share/launchers"
-    )
-    return str(base).rstrip("/")
+    """The connector's ``workdir`` (where remote queues live; ``~`` expanded later)."""
+    return configured_base(connector)
 
 
 def pending_entry(entry: Mapping[str, Any]) -> tuple[bytes, str]:
@@ -153,21 +166,339 @@ def pending_entry(entry: Mapping[str, Any]) -> tuple[bytes, str]:
     return json.dumps(data).encode(), R.pending_name(int(data["seq"]), str(data["id"]))
 
 
-@attrs.define(eq=False)
-class RemoteQueue:
-    """A queue directory on the far side of a connector; async mirror of ``queue.py``."""
+# -- pure pieces --------------------------------------------------------------------------------
 
-    connector: Connector
-    path: str
+
+def cancelled_entry(task_id: str) -> dict[str, Any]:
+    """The ``done/`` entry of a task cancelled before any runner claimed it (pure)."""
+    return {
+        "id": task_id,
+        "state": "CANCELLED",
+        "reason": "cancelled on request",
+        "rc": None,
+        "signal": None,
+        "start": None,
+        "end": R.now_iso(),
+    }
+
+
+# -- the protocol over file primitives -------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class StoreQueue(abc.ABC):
+    """The queue directory protocol over a ``protocols.FileStore`` (a connector, a UNICORE
+    storage, a firecREST file system); paths given to the primitives are relative to the queue
+    directory, ``path`` is its absolute path where the runner runs. What differs between
+    transports is a capability: ``can_rename`` (cancel and recovery by rename, else by removal
+    and the next pilot's runner) and ``runs_python`` (a transport that runs Python where the
+    queue is scans, cancels and recovers with one command: ``RemoteQueue``)."""
+
+    #: whether the transport runs one Python command next to the queue (scan, cancel, recover)
+    runs_python: ClassVar[bool] = False
+
+    path: str = ""
     ready: bool = False
+    #: whether the API renames files cheaply and atomically (recovery and cancel use it)
+    can_rename: bool = False
+    #: runners whose pilot is final and whose claims no rename could recover: the next pilot's
+    #: runner re-queues them at start-up (``--lost-runner``)
+    lost_runners: set[str] = attrs.field(factory=set)
+    _done: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    _running: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    _runners: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    _cancelled: set[str] = attrs.field(factory=set)
+    _lock: asyncio.Lock | None = None
+    #: requests sent by this queue (tests and docs count them)
+    requests: int = 0
+    #: the site's files holding the queue (``remote.storage``), set by ``resolve_sync``
+    store: FileStore | None = None
+    #: the queue directory in the store's paths (relative to a UNICORE storage's root)
+    root: str = ""
+
+    @abc.abstractmethod
+    def locator(self) -> dict[str, Any]:
+        """What a job record keeps to reach this queue again (``launchers cancel``)."""
+
+    # primitives over the store (``protocols.FileStore``) ----------------------------------------
+
+    @abc.abstractmethod
+    async def _resolve(self) -> None:
+        """Find the queue (once): its absolute ``path``, the ``store`` and the queue's ``root``
+        in the store's paths."""
+
+    def _at(self, rel: str) -> str:
+        return posixpath.join(self.root, rel) if rel else self.root
+
+    def _store(self) -> FileStore:
+        assert self.store is not None, "_resolve first"
+        return self.store
+
+    async def list_entries(self, rel: str) -> list[str] | None:
+        """Names in a directory; None when it does not exist."""
+        try:
+            return await self._store().listdir(self._at(rel))
+        except FileNotFoundError:
+            return None
+
+    async def read_entry(self, rel: str) -> bytes | None:
+        """A whole file's bytes, exactly as on the site (one read where the store can: its
+        ``read_whole``); None when it does not exist."""
+        store = self._store()
+        whole = getattr(store, "read_whole", None)
+        if whole is not None:
+            data: bytes | None = await whole(self._at(rel))
+            return data
+        try:
+            return await store.read(self._at(rel))
+        except FileNotFoundError:
+            return None
+
+    async def write_entry(self, rel: str, data: bytes) -> None:
+        """Write a file (in place on a REST site, atomically through a connector)."""
+        await self._store().write(self._at(rel), data)
+
+    async def delete_entry(self, rel: str) -> bool:
+        """Remove a file or a directory tree; False when it did not exist (or could not go)."""
+        try:
+            return await self._store().remove(self._at(rel))
+        except AuthenticationError:
+            raise
+        except LaunchersError as e:
+            log.debug("batch queue %s: cannot remove %s: %s", self.path, rel, e)
+            return False
+
+    async def make_dirs(self, rels: Sequence[str]) -> None:
+        """Create directories (with their parents)."""
+        for rel in rels:
+            await self._store().mkdir(self._at(rel))
+
+    async def rename_entry(self, src: str, dst: str) -> bool:
+        """Rename ``src`` to ``dst``; False when ``src`` is gone (a runner claimed it) or the
+        rename failed. Only when ``can_rename``."""
+        if not self.can_rename:
+            raise LaunchersError("this transport has no rename")
+        try:
+            await self._store().rename(self._at(src), self._at(dst))
+        except AuthenticationError:
+            raise
+        except (FileNotFoundError, LaunchersError) as e:
+            log.debug("batch queue %s: rename %s -> %s: %s", self.path, src, dst, e)
+            return False
+        return True
+
+    # helpers ---------------------------------------------------------------------------------
+
+    async def _call(self, fn: Any, *args: Any) -> Any:
+        self.requests += 1
+        return await fn(*args)
+
+    async def _read_many(self, rels: Sequence[str]) -> list[bytes | None]:
+        sem = asyncio.Semaphore(READ_PARALLEL)
+
+        async def one(rel: str) -> bytes | None:
+            async with sem:
+                return await self._call(self.read_entry, rel)
+
+        return list(await asyncio.gather(*(one(r) for r in rels)))
+
+    # the protocol ----------------------------------------------------------------------------
+
+    async def ensure(self) -> None:
+        """Create the subdirectories and upload ``runner.py`` (once per process)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            await self._resolve()
+            if self.ready:
+                return
+            await self._call(self.make_dirs, [*R.SUBDIRS, TASKS])
+            await self._call(self.write_entry, Q.RUNNER_FILE, Q.runner_source())
+            self.ready = True
+
+    def task_dir(self, task_id: str) -> str:
+        """Where a task's outputs are written on the site."""
+        return f"{self.path}/{TASKS}/{task_id}"
+
+    async def prepare_task(self, task_id: str) -> str:
+        """The task's directory on the site, emptied of a previous run's outputs and entries."""
+        await self._resolve()
+        for rel in (f"{TASKS}/{task_id}", f"{R.DONE}/{task_id}.json", f"{R.CANCEL}/{task_id}"):
+            await self._call(self.delete_entry, rel)
+        await self._call(self.make_dirs, [f"{TASKS}/{task_id}"])
+        self._done.pop(task_id, None)
+        self._running.pop(task_id, None)
+        self._cancelled.discard(task_id)
+        return self.task_dir(task_id)
+
+    async def publish(self, entry: Mapping[str, Any]) -> str:
+        """Write ``pending/<seq>-<id>.json`` in place (readers skip it until it parses)."""
+        await self._resolve()
+        data, name = pending_entry(entry)
+        await self._call(self.write_entry, f"{R.PENDING}/{name}", data)
+        return name
+
+    async def scan(self) -> RemoteSnapshot:
+        """Three listings, then one read per done/running entry and runner not seen before."""
+        await self._resolve()
+        lists = await asyncio.gather(
+            *(self._call(self.list_entries, s) for s in (R.PENDING, R.RUNNING, R.DONE))
+        )
+        pending, running, done = (entry_names(x or []) for x in lists)
+        done_ids = [n[:-5] for n in done if n.endswith(".json")]
+        running_ids = [n[:-5] for n in running if n.endswith(".json")]
+        self._done = {t: e for t, e in self._done.items() if t in set(done_ids)}
+        new_done = [t for t in done_ids if t not in self._done]
+        # a claim is read when it appears (a re-claim passes through pending/ and appears again)
+        self._running = {t: e for t, e in self._running.items() if t in set(running_ids)}
+        new_running = [t for t in running_ids if t not in self._running]
+        rels = [f"{R.DONE}/{t}.json" for t in new_done] + [
+            f"{R.RUNNING}/{t}.json" for t in new_running
+        ]
+        for rel, data in zip(rels, await self._read_many(rels), strict=True):
+            entry = parse_entry(data)
+            if entry is None:
+                continue  # written in place and not complete yet (or gone): next scan
+            tid = rel.split("/", 1)[1][:-5]
+            (self._done if rel.startswith(R.DONE) else self._running)[tid] = entry
+        wanted = sorted(
+            {str(e.get("runner")) for e in self._running.values() if e.get("runner")}
+            - set(self._runners)
+        )
+        for runner, data in zip(
+            wanted, await self._read_many([f"{R.RUNNERS}/{r}.json" for r in wanted]), strict=True
+        ):
+            entry = parse_entry(data)
+            if entry is not None:
+                self._runners[runner] = entry
+        # a lost runner is handed to new pilots only while it still holds claims
+        self.lost_runners &= {str(e.get("runner")) for e in self._running.values()}
+        snap = snapshot_of(pending, running, done, list(self._runners))
+        return RemoteSnapshot(snap, dict(self._done), dict(self._running), dict(self._runners))
+
+    async def cancel_task(self, task_id: str) -> str:
+        """ "cancelled" when still pending (renamed, or removed, into ``done/``), "requested"
+        (``cancel/<id>`` written: the runner stops it) otherwise."""
+        await self._resolve()
+        self._cancelled.add(task_id)
+        names = entry_names(await self._call(self.list_entries, R.PENDING) or [])
+        name = next((n for n in names if (R.split_pending(n) or (0, ""))[1] == task_id), None)
+        done = f"{R.DONE}/{task_id}.json"
+        if (
+            name is not None
+            and self.can_rename
+            and await self._call(self.rename_entry, f"{R.PENDING}/{name}", done)
+        ):
+            await self._call(self.write_entry, done, json.dumps(cancelled_entry(task_id)).encode())
+            return "cancelled"
+        if task_id in self._done:
+            return "requested"
+        # first the request (a runner claiming meanwhile sees it), then take the entry away
+        await self._call(self.write_entry, f"{R.CANCEL}/{task_id}", (R.now_iso() + "\n").encode())
+        if (
+            name is not None
+            and not self.can_rename
+            and await self._call(self.delete_entry, f"{R.PENDING}/{name}")
+        ):
+            await self._call(self.write_entry, done, json.dumps(cancelled_entry(task_id)).encode())
+            return "cancelled"
+        return "requested"
+
+    async def recover(
+        self, who: str, final_runners: list[str], lost_after: float = R.LOST_AFTER
+    ) -> list[str]:
+        """Re-queue the claims of runners whose pilot is final: by rename where the API has
+        one; else remember the runners for the next pilot, whose runner re-queues them."""
+        lost = lost_claims(self._running, final_runners)
+        if not lost:
+            return []
+        if not self.can_rename:
+            self.lost_runners.update(str(self._running[t].get("runner")) for t in lost)
+            return []
+        moved = []
+        for tid in lost:
+            entry = self._running[tid]
+            target = requeue_target(tid, entry, tid in self._cancelled)
+            if not target.startswith(R.DONE):
+                # before the rename: until then no runner can claim the task and append to job.err
+                await self._note_requeue(tid, str(entry.get("runner")))
+            if await self._call(self.rename_entry, f"{R.RUNNING}/{tid}.json", target):
+                moved.append(tid)
+                self._running.pop(tid, None)
+                if target.startswith(R.DONE):
+                    await self._call(
+                        self.write_entry, target, json.dumps(cancelled_entry(tid)).encode()
+                    )
+        return moved
+
+    async def _note_requeue(self, task_id: str, runner: str) -> None:
+        """Append ``launchers: runner R lost, task re-queued`` to the task's ``job.err`` on the
+        site (read, then written whole: these file APIs have no append)."""
+        rel = f"{TASKS}/{task_id}/job.err"
+        try:
+            old = await self._call(self.read_entry, rel) or b""
+            line = f"launchers: runner {runner} lost, task re-queued\n".encode()
+            await self._call(
+                self.write_entry,
+                rel,
+                old + (b"" if not old or old.endswith(b"\n") else b"\n") + line,
+            )
+        except LaunchersError:
+            pass  # the note is informative; the re-queue itself must still happen
+
+    def pilot_args(self) -> list[str]:
+        """Runner arguments for the next pilot: ``--lost-runner R`` for every known lost runner."""
+        out: list[str] = []
+        for r in sorted(self.lost_runners):
+            out += ["--lost-runner", r]
+        return out
+
+    async def fetch_outputs(self, task_id: str, local: Path) -> None:
+        """Copy the task's outputs into its local job directory (one listing, one read each)."""
+        await self._resolve()
+        present = set(await self._call(self.list_entries, f"{TASKS}/{task_id}") or [])
+        await fetch_outputs(
+            self,
+            f"{TASKS}/{task_id}",
+            local,
+            max_bytes=None,
+            present=present,
+            skip_failures=False,  # a failed read fails the cycle: the task is fetched next time
+        )
+
+    async def read(self, rel: str, offset: int = 0, size: int | None = None) -> bytes:
+        """A file of the queue (``FileStore.read``: ``FileNotFoundError`` when absent)."""
+        data = await self._call(self.read_entry, rel)
+        if data is None:
+            raise FileNotFoundError(rel)
+        return data[offset:] if size is None else data[offset : offset + size]
+
+
+# -- over an SSH connector ----------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class RemoteQueue(StoreQueue):
+    """A queue directory on the far side of an SSH connector: the connector is its
+    ``FileStore`` (atomic writes, cheap renames) and runs Python there, so that a scan, a
+    cancel and a recovery are one command each (``runs_python``)."""
+
+    runs_python: ClassVar[bool] = True
+
+    connector: Connector | None = None
     #: the launchers.yaml that declares the connector (recorded so a record alone reaches it)
     config_file: str | None = None
+    can_rename: bool = True
+
+    def _conn(self) -> Connector:
+        assert self.connector is not None
+        return self.connector
 
     def locator(self) -> dict[str, Any]:
         """What a job record keeps to reach this queue again (``launchers cancel``)."""
         return {
             "kind": "ssh",
-            "connector": self.connector.name,
+            "connector": self._conn().name,
             "config": self.config_file,
             "path": self.path,
         }
@@ -177,14 +508,16 @@ class RemoteQueue:
         commands receive the path as an argument, where no shell expands it."""
         original = self.path
         if original == "~" or original.startswith("~/"):
-            home = (await self.connector.home()).rstrip("/")
+            home = (await self._conn().home()).rstrip("/")
             # concurrent submissions may resolve at once: expand the path we read, once
             if self.path == original:
                 self.path = home + original[1:]
+        self.store = self.connector
+        self.root = self.path
 
     async def _py(self, script: str, *args: str) -> str:
         await self._resolve()
-        res = await self.connector.run(["python3", "-c", script, self.path, *args])
+        res = await self._conn().run(["python3", "-c", script, self.path, *args])
         if res.returncode != 0:
             raise ConnectorError(
                 f"batch queue {self.path}: remote command failed: {res.stderr.strip()[:300]}"
@@ -197,17 +530,13 @@ class RemoteQueue:
         if self.ready:
             return
         subs = " ".join(shlex.quote(f"{self.path}/{s}") for s in (*R.SUBDIRS, "tasks"))
-        res = await self.connector.run(["sh", "-c", f"mkdir -p {subs}"])
+        res = await self._conn().run(["sh", "-c", f"mkdir -p {subs}"])
         if res.returncode != 0:
             raise LaunchersError(
                 f"batch queue {self.path}: cannot prepare it: {res.stderr.strip()}"
             )
-        await self.connector.write_file(f"{self.path}/{Q.RUNNER_FILE}", Q.runner_source())
+        await self._conn().write_file(f"{self.path}/{Q.RUNNER_FILE}", Q.runner_source())
         self.ready = True
-
-    def task_dir(self, task_id: str) -> str:
-        """Where a task's outputs are written on the remote side."""
-        return f"{self.path}/tasks/{task_id}"
 
     async def prepare_task(self, task_id: str) -> str:
         """Create the task's remote directory, emptied of a previous run's outputs and queue entries."""
@@ -215,7 +544,7 @@ class RemoteQueue:
         d = self.task_dir(task_id)
         names = " ".join(shlex.quote(f"{d}/{n}") for n in OUTPUTS)
         old = f"{shlex.quote(self.path)}/done/{shlex.quote(task_id)}.json {shlex.quote(self.path)}/cancel/{shlex.quote(task_id)}"
-        res = await self.connector.run(
+        res = await self._conn().run(
             ["sh", "-c", f"mkdir -p {shlex.quote(d)} && rm -f {names} {old}"]
         )
         if res.returncode != 0:
@@ -223,13 +552,6 @@ class RemoteQueue:
                 f"batch queue {self.path}: cannot prepare {d}: {res.stderr.strip()}"
             )
         return d
-
-    async def publish(self, entry: Mapping[str, Any]) -> str:
-        """Publish ``pending/<seq>-<id>.json`` through the connector (temporary name + rename)."""
-        await self._resolve()
-        data, name = pending_entry(entry)
-        await self.connector.write_file(f"{self.path}/{R.PENDING}/{name}", data)
-        return name
 
     async def scan(self) -> RemoteSnapshot:
         """ONE remote command: every listing plus the done/, running/ and runners/ entries."""
@@ -257,14 +579,17 @@ class RemoteQueue:
     async def fetch_outputs(self, task_id: str, local: Path) -> None:
         """Copy the task's outputs back into its local job directory."""
         await self._resolve()
-        d = self.task_dir(task_id)
-        for name in OUTPUTS:
-            try:
-                data = await self.connector.read_file(f"{d}/{name}", max_bytes=64 * 1024 * 1024)
-            except (FileNotFoundError, OSError, ConnectorError):
-                continue
-            local.mkdir(parents=True, exist_ok=True)
-            (local / name).write_bytes(data)
+        await fetch_outputs(self._conn(), self.task_dir(task_id), local)
 
 
-__all__ = ["RemoteQueue", "RemoteSnapshot", "connector_of", "parse_scan", "remote_base"]
+__all__ = [
+    "READ_PARALLEL",
+    "TASKS",
+    "RemoteQueue",
+    "RemoteSnapshot",
+    "StoreQueue",
+    "cancelled_entry",
+    "connector_of",
+    "parse_scan",
+    "remote_base",
+]

@@ -7,19 +7,18 @@ which runs where the queue is, still does every other state change by ``rename(2
 reads the queue with few requests per cycle: one listing each of ``pending/``, ``running/`` and
 ``done/``, plus one read per entry that appeared since the last cycle (entries are cached).
 
-``RestQueue`` holds the protocol; ``UnicoreQueue`` and ``FirecrestQueue`` only provide the file
-primitives (list, read, write, delete, rename, mkdir), run in worker threads.
+``RestQueue`` holds the protocol over the site's files (``remote.storage``: list, read, write,
+remove, rename, mkdir, run in worker threads); ``UnicoreQueue`` and ``FirecrestQueue`` only say
+where the queue is and which store holds it.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import json
 import logging
 import posixpath
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -27,12 +26,10 @@ import attrs
 
 from ..errors import ConnectorError, LaunchersError
 from ..remote.firecrest_kind import executor_from_record as firecrest_from_record
-from ..remote.retry import firecrest_transient, status_of, with_retries
-from ..remote.storage import unicore_action_path, unicore_path
+from ..remote.retry import with_retries
 from ..remote.unicore_executor import executor_from_record as unicore_from_record
-from . import queue as Q
-from . import runner as R
-from .remote import OUTPUTS, RemoteSnapshot, pending_entry
+from .decide import entry_names, lost_claims, parse_entry, requeue_target, snapshot_of
+from .remote import StoreQueue, cancelled_entry
 
 if TYPE_CHECKING:
     from ..remote.firecrest_executor import FirecrestExecutor
@@ -40,320 +37,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("launchers.batch")
 
-#: entries read at once during a scan (worker threads)
-READ_PARALLEL = 8
-TASKS = "tasks"
 
-
-# -- pure pieces --------------------------------------------------------------------------------
-
-
-def parse_entry(data: bytes | str | None) -> dict[str, Any] | None:
-    """A queue entry: the JSON object in ``data``, None when absent or incomplete (pure)."""
-    if data is None:
-        return None
-    try:
-        value = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def entry_names(names: Sequence[str]) -> list[str]:
-    """Visible names of a listing (hidden temporaries and probes dropped), sorted (pure)."""
-    return sorted(n for n in names if n and not n.startswith("."))
-
-
-def snapshot_of(
-    pending: Sequence[str], running: Sequence[str], done: Sequence[str], runners: Sequence[str] = ()
-) -> Q.Snapshot:
-    """Three listings as a ``Snapshot`` (the cancel listing is not read over REST) (pure)."""
-    pend: dict[str, str] = {}
-    for name in pending:
-        parsed = R.split_pending(name)
-        if parsed is not None:
-            pend[parsed[1]] = name
-
-    def ids(names: Sequence[str]) -> frozenset[str]:
-        return frozenset(n[:-5] for n in names if n.endswith(".json"))
-
-    return Q.Snapshot(
-        pending=pend,
-        running=ids(running),
-        done=ids(done),
-        cancel=frozenset(),
-        runners=frozenset(runners),
-    )
-
-
-def lost_claims(
-    running: Mapping[str, Mapping[str, Any]], final_runners: Sequence[str]
-) -> list[str]:
-    """Task ids claimed by a runner whose pilot is final (pure)."""
-    finals = set(final_runners)
-    return sorted(t for t, e in running.items() if str(e.get("runner")) in finals)
-
-
-def requeue_target(task_id: str, entry: Mapping[str, Any], cancelled: bool) -> str:
-    """Where a lost claim goes: ``done/<id>.json`` when its cancel was asked, else back to
-    ``pending/<seq>-<id>.json`` with its attempt kept (pure)."""
-    if cancelled:
-        return f"{R.DONE}/{task_id}.json"
-    return f"{R.PENDING}/{R.pending_name(int(entry.get('seq') or 0), task_id)}"
-
-
-def cancelled_entry(task_id: str) -> dict[str, Any]:
-    """The ``done/`` entry of a task cancelled before any runner claimed it (pure)."""
-    return {
-        "id": task_id,
-        "state": "CANCELLED",
-        "reason": "cancelled on request",
-        "rc": None,
-        "signal": None,
-        "start": None,
-        "end": R.now_iso(),
-    }
-
-
-# -- the protocol over file primitives -------------------------------------------------------------
+# -- the protocol over a site's files ------------------------------------------------------------
 
 
 @attrs.define(eq=False)
-class RestQueue(abc.ABC):
-    """A queue on a site reached through a REST file API; paths given to the primitives are
-    relative to the queue directory. ``path`` is the queue's absolute path on the site."""
-
-    path: str = ""
-    ready: bool = False
-    #: whether the API renames files cheaply and atomically (recovery and cancel use it)
-    can_rename: bool = False
-    #: runners whose pilot is final and whose claims no rename could recover: the next pilot's
-    #: runner re-queues them at start-up (``--lost-runner``)
-    lost_runners: set[str] = attrs.field(factory=set)
-    _done: dict[str, dict[str, Any]] = attrs.field(factory=dict)
-    _running: dict[str, dict[str, Any]] = attrs.field(factory=dict)
-    _runners: dict[str, dict[str, Any]] = attrs.field(factory=dict)
-    _cancelled: set[str] = attrs.field(factory=set)
-    _lock: asyncio.Lock | None = None
-    #: requests sent by this queue (tests and docs count them)
-    requests: int = 0
-
-    @abc.abstractmethod
-    def locator(self) -> dict[str, Any]:
-        """What a job record keeps to reach this queue again (``launchers cancel``)."""
-
-    # primitives (blocking; called in worker threads) -------------------------------------------
+class RestQueue(StoreQueue):
+    """A queue on a site reached through a REST file API (``StoreQueue`` over the site's store:
+    entries written in place, no Python run there). ``path`` is the queue's absolute path on
+    the site."""
 
     @abc.abstractmethod
     def resolve_sync(self) -> None:
-        """Find the queue's absolute path on the site (sets ``path``)."""
-
-    @abc.abstractmethod
-    def list_sync(self, rel: str) -> list[str] | None:
-        """Names in a directory; None when it does not exist."""
-
-    @abc.abstractmethod
-    def read_sync(self, rel: str) -> bytes | None:
-        """A file's bytes; None when it does not exist."""
-
-    @abc.abstractmethod
-    def write_sync(self, rel: str, data: bytes) -> None:
-        """Write a file in place (its directory exists)."""
-
-    @abc.abstractmethod
-    def delete_sync(self, rel: str) -> bool:
-        """Remove a file or a directory tree; False when it did not exist (or could not go)."""
-
-    @abc.abstractmethod
-    def mkdirs_sync(self, rels: Sequence[str]) -> None:
-        """Create directories (with their parents)."""
-
-    def rename_sync(self, src: str, dst: str) -> bool:
-        """Rename ``src`` to ``dst``; False when ``src`` is gone. Only when ``can_rename``."""
-        raise LaunchersError("this transport has no rename")
-
-    # helpers ---------------------------------------------------------------------------------
-
-    async def _call(self, fn: Any, *args: Any) -> Any:
-        self.requests += 1
-        return await asyncio.to_thread(fn, *args)
-
-    async def _read_many(self, rels: Sequence[str]) -> list[bytes | None]:
-        sem = asyncio.Semaphore(READ_PARALLEL)
-
-        async def one(rel: str) -> bytes | None:
-            async with sem:
-                return await self._call(self.read_sync, rel)
-
-        return list(await asyncio.gather(*(one(r) for r in rels)))
+        """Find the queue on the site: its absolute ``path``, the ``store`` holding it and the
+        queue's ``root`` in that store's paths (blocking: runs in a worker thread)."""
 
     async def _resolve(self) -> None:
         if not self.path:
-            await self._call(self.resolve_sync)
-
-    # the protocol ----------------------------------------------------------------------------
-
-    async def ensure(self) -> None:
-        """Create the subdirectories and upload ``runner.py`` (once per process)."""
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            await self._resolve()
-            if self.ready:
-                return
-            await self._call(self.mkdirs_sync, [*R.SUBDIRS, TASKS])
-            await self._call(self.write_sync, Q.RUNNER_FILE, Q.runner_source())
-            self.ready = True
-
-    def task_dir(self, task_id: str) -> str:
-        """Where a task's outputs are written on the site."""
-        return f"{self.path}/{TASKS}/{task_id}"
-
-    async def prepare_task(self, task_id: str) -> str:
-        """The task's directory on the site, emptied of a previous run's outputs and entries."""
-        await self._resolve()
-        for rel in (f"{TASKS}/{task_id}", f"{R.DONE}/{task_id}.json", f"{R.CANCEL}/{task_id}"):
-            await self._call(self.delete_sync, rel)
-        await self._call(self.mkdirs_sync, [f"{TASKS}/{task_id}"])
-        self._done.pop(task_id, None)
-        self._running.pop(task_id, None)
-        self._cancelled.discard(task_id)
-        return self.task_dir(task_id)
-
-    async def publish(self, entry: Mapping[str, Any]) -> str:
-        """Write ``pending/<seq>-<id>.json`` in place (readers skip it until it parses)."""
-        await self._resolve()
-        data, name = pending_entry(entry)
-        await self._call(self.write_sync, f"{R.PENDING}/{name}", data)
-        return name
-
-    async def scan(self) -> RemoteSnapshot:
-        """Three listings, then one read per done/running entry and runner not seen before."""
-        await self._resolve()
-        lists = await asyncio.gather(
-            *(self._call(self.list_sync, s) for s in (R.PENDING, R.RUNNING, R.DONE))
-        )
-        pending, running, done = (entry_names(x or []) for x in lists)
-        done_ids = [n[:-5] for n in done if n.endswith(".json")]
-        running_ids = [n[:-5] for n in running if n.endswith(".json")]
-        self._done = {t: e for t, e in self._done.items() if t in set(done_ids)}
-        new_done = [t for t in done_ids if t not in self._done]
-        # a claim is read when it appears (a re-claim passes through pending/ and appears again)
-        self._running = {t: e for t, e in self._running.items() if t in set(running_ids)}
-        new_running = [t for t in running_ids if t not in self._running]
-        rels = [f"{R.DONE}/{t}.json" for t in new_done] + [
-            f"{R.RUNNING}/{t}.json" for t in new_running
-        ]
-        for rel, data in zip(rels, await self._read_many(rels), strict=True):
-            entry = parse_entry(data)
-            if entry is None:
-                continue  # written in place and not complete yet (or gone): next scan
-            tid = rel.split("/", 1)[1][:-5]
-            (self._done if rel.startswith(R.DONE) else self._running)[tid] = entry
-        wanted = sorted(
-            {str(e.get("runner")) for e in self._running.values() if e.get("runner")}
-            - set(self._runners)
-        )
-        for runner, data in zip(
-            wanted, await self._read_many([f"{R.RUNNERS}/{r}.json" for r in wanted]), strict=True
-        ):
-            entry = parse_entry(data)
-            if entry is not None:
-                self._runners[runner] = entry
-        # a lost runner is handed to new pilots only while it still holds claims
-        self.lost_runners &= {str(e.get("runner")) for e in self._running.values()}
-        snap = snapshot_of(pending, running, done, list(self._runners))
-        return RemoteSnapshot(snap, dict(self._done), dict(self._running), dict(self._runners))
-
-    async def cancel_task(self, task_id: str) -> str:
-        """ "cancelled" when still pending (renamed, or removed, into ``done/``), "requested"
-        (``cancel/<id>`` written: the runner stops it) otherwise."""
-        await self._resolve()
-        self._cancelled.add(task_id)
-        names = entry_names(await self._call(self.list_sync, R.PENDING) or [])
-        name = next((n for n in names if (R.split_pending(n) or (0, ""))[1] == task_id), None)
-        done = f"{R.DONE}/{task_id}.json"
-        if (
-            name is not None
-            and self.can_rename
-            and await self._call(self.rename_sync, f"{R.PENDING}/{name}", done)
-        ):
-            await self._call(self.write_sync, done, json.dumps(cancelled_entry(task_id)).encode())
-            return "cancelled"
-        if task_id in self._done:
-            return "requested"
-        # first the request (a runner claiming meanwhile sees it), then take the entry away
-        await self._call(self.write_sync, f"{R.CANCEL}/{task_id}", (R.now_iso() + "\n").encode())
-        if (
-            name is not None
-            and not self.can_rename
-            and await self._call(self.delete_sync, f"{R.PENDING}/{name}")
-        ):
-            await self._call(self.write_sync, done, json.dumps(cancelled_entry(task_id)).encode())
-            return "cancelled"
-        return "requested"
-
-    async def recover(
-        self, who: str, final_runners: list[str], lost_after: float = R.LOST_AFTER
-    ) -> list[str]:
-        """Re-queue the claims of runners whose pilot is final: by rename where the API has
-        one; else remember the runners for the next pilot, whose runner re-queues them."""
-        lost = lost_claims(self._running, final_runners)
-        if not lost:
-            return []
-        if not self.can_rename:
-            self.lost_runners.update(str(self._running[t].get("runner")) for t in lost)
-            return []
-        moved = []
-        for tid in lost:
-            entry = self._running[tid]
-            target = requeue_target(tid, entry, tid in self._cancelled)
-            if not target.startswith(R.DONE):
-                # before the rename: until then no runner can claim the task and append to job.err
-                await self._note_requeue(tid, str(entry.get("runner")))
-            if await self._call(self.rename_sync, f"{R.RUNNING}/{tid}.json", target):
-                moved.append(tid)
-                self._running.pop(tid, None)
-                if target.startswith(R.DONE):
-                    await self._call(
-                        self.write_sync, target, json.dumps(cancelled_entry(tid)).encode()
-                    )
-        return moved
-
-    async def _note_requeue(self, task_id: str, runner: str) -> None:
-        """Append ``launchers: runner R lost, task re-queued`` to the task's ``job.err`` on the
-        site (read, then written whole: these file APIs have no append)."""
-        rel = f"{TASKS}/{task_id}/job.err"
-        try:
-            old = await self._call(self.read_sync, rel) or b""
-            line = f"launchers: runner {runner} lost, task re-queued\n".encode()
-            await self._call(
-                self.write_sync,
-                rel,
-                old + (b"" if not old or old.endswith(b"\n") else b"\n") + line,
-            )
-        except LaunchersError:
-            pass  # the note is informative; the re-queue itself must still happen
-
-    def pilot_args(self) -> list[str]:
-        """Runner arguments for the next pilot: ``--lost-runner R`` for every known lost runner."""
-        out: list[str] = []
-        for r in sorted(self.lost_runners):
-            out += ["--lost-runner", r]
-        return out
-
-    async def fetch_outputs(self, task_id: str, local: Path) -> None:
-        """Copy the task's outputs into its local job directory (one listing, one read each)."""
-        await self._resolve()
-        present = set(await self._call(self.list_sync, f"{TASKS}/{task_id}") or [])
-        names = [n for n in OUTPUTS if n in present]
-        for name, data in zip(
-            names, await self._read_many([f"{TASKS}/{task_id}/{n}" for n in names]), strict=True
-        ):
-            if data is None:
-                continue
-            local.mkdir(parents=True, exist_ok=True)
-            (local / name).write_bytes(data)
+            self.requests += 1
+            await asyncio.to_thread(self.resolve_sync)
 
 
 # -- UNICORE ----------------------------------------------------------------------------------------
@@ -362,13 +64,11 @@ class RestQueue(abc.ABC):
 @attrs.define(eq=False)
 class UnicoreQueue(RestQueue):
     """The queue at ``launchers/batch/<shape>`` in a UNICORE storage (``site.batch_storage``):
-    files through ``/storages/NAME/files/...``, renames through the storage's ``rename`` action."""
+    its files through the storage's ``UnicoreStorage`` (renames through its ``rename`` action)."""
 
     executor: UnicoreExecutor | None = None
     storage: str = "HOME"
     rel: str = ""
-    _files_url: str = ""
-    _rename_url: str = ""
 
     def _ex(self) -> UnicoreExecutor:
         assert self.executor is not None
@@ -382,19 +82,16 @@ class UnicoreQueue(RestQueue):
             "rel": self.rel,
         }
 
-    def _retry(self, fn: Any, what: str) -> Any:
-        ex = self._ex()
-        return with_retries(fn, f"UNICORE {ex.site.url}: {what}", tries=4, secrets=ex._secrets)
-
-    def _url(self, rel: str) -> str:
-        path = posixpath.join(self.rel, rel) if rel else self.rel
-        return f"{self._files_url}/{unicore_path(path)}"  # the site decodes file paths twice
-
     def resolve_sync(self) -> None:
         ex = self._ex()
         url = f"{ex.site.url.rstrip('/')}/storages/{quote(self.storage)}"
         try:
-            props = self._retry(lambda: ex._get(url), f"storage {self.storage}")
+            props = with_retries(
+                lambda: ex._get(url),
+                f"UNICORE {ex.site.url}: storage {self.storage}",
+                tries=4,
+                secrets=ex._secrets,
+            )
         except LaunchersError:
             raise
         except Exception as e:
@@ -409,82 +106,12 @@ class UnicoreQueue(RestQueue):
                 f"UNICORE storage {self.storage!r} does not tell its mountPoint: the pilot "
                 "could not find the queue"
             )
-        self._files_url = str((links.get("files") or {}).get("href") or url + "/files").rstrip("/")
-        self._rename_url = str((links.get("action:rename") or {}).get("href") or "")
-        self.can_rename = bool(self._rename_url)
+        files_url = str((links.get("files") or {}).get("href") or url + "/files").rstrip("/")
+        rename_url = str((links.get("action:rename") or {}).get("href") or "")
+        self.store = ex.storage(files_url, rename_url)
+        self.can_rename = self.store.can_rename
+        self.root = self.rel
         self.path = posixpath.join(mount.rstrip("/") or "/", self.rel)
-
-    def list_sync(self, rel: str) -> list[str] | None:
-        try:
-            props = self._retry(
-                lambda: self._ex()._get(self._url(rel), headers={"Accept": "application/json"}),
-                f"list {rel}",
-            )
-        except Exception as e:
-            if status_of(e) == 404:
-                return None
-            raise
-        return [posixpath.basename(str(k).rstrip("/")) for k in (props.get("content") or {})]
-
-    def read_sync(self, rel: str) -> bytes | None:
-        def get() -> bytes | None:
-            try:
-                resp = self._ex()._get(
-                    self._url(rel), headers={"Accept": "application/octet-stream"}, to_json=False
-                )
-            except Exception as e:
-                if status_of(e) == 404:
-                    return None
-                raise
-            return bytes(resp.content)
-
-        return self._retry(get, f"read {rel}")
-
-    def write_sync(self, rel: str, data: bytes) -> None:
-        transport = self._ex().client().transport
-        self._retry(
-            lambda: transport.put(
-                url=self._url(rel),
-                headers={"Content-Type": "application/octet-stream"},
-                content=data,
-            ).close(),
-            f"write {rel}",
-        )
-
-    def delete_sync(self, rel: str) -> bool:
-        transport = self._ex().client().transport
-        try:
-            self._retry(lambda: transport.delete(url=self._url(rel)).close(), f"delete {rel}")
-        except LaunchersError:
-            raise
-        except Exception:
-            return False
-        return True
-
-    def mkdirs_sync(self, rels: Sequence[str]) -> None:
-        transport = self._ex().client().transport
-        for rel in rels:
-            self._retry(
-                lambda rel=rel: transport.post(url=self._url(rel), json={}).close(), f"mkdir {rel}"
-            )
-
-    def rename_sync(self, src: str, dst: str) -> bool:
-        transport = self._ex().client().transport
-
-        body = {
-            "from": unicore_action_path(posixpath.join(self.rel, src)),
-            "to": unicore_action_path(posixpath.join(self.rel, dst)),
-        }
-        try:
-            self._retry(
-                lambda: transport.post(url=self._rename_url, json=body).close(), f"rename {src}"
-            )
-        except LaunchersError:
-            raise
-        except Exception as e:  # the source is gone (a runner claimed it) or the rename failed
-            log.debug("UNICORE rename %s -> %s: %s", src, dst, e)
-            return False
-        return True
 
 
 # -- firecREST ------------------------------------------------------------------------------------------
@@ -492,10 +119,11 @@ class UnicoreQueue(RestQueue):
 
 @attrs.define(eq=False)
 class FirecrestQueue(RestQueue):
-    """The queue at ``<workdir>/batch/<shape>`` on a firecREST system: ``ops/ls``, ``ops/view``,
-    ``ops/upload``, ``ops/rm``, ``ops/mkdir``. firecREST v2 moves files only in a scheduler job
-    (``transfer/mv``): no cheap rename, so cancel removes the pending entry and recovery is left
-    to the next pilot's runner."""
+    """The queue at ``<workdir>/batch/<shape>`` on a firecREST system, its files through the
+    executor's ``FirecrestStorage`` (``ops/ls``, byte-exact reads, ``ops/upload``, ``ops/rm``,
+    ``ops/mkdir``). firecREST v2 moves files only in a scheduler job (``transfer/mv``): no
+    cheap rename, so cancel removes the pending entry and recovery is left to the next
+    pilot's runner."""
 
     executor: FirecrestExecutor | None = None
     key: str = ""
@@ -507,65 +135,10 @@ class FirecrestQueue(RestQueue):
     def locator(self) -> dict[str, Any]:
         return {"kind": "firecrest", "site": self._ex()._site_record(), "key": self.key}
 
-    def _abs(self, rel: str) -> str:
-        return posixpath.join(self.path, rel) if rel else self.path
-
     def resolve_sync(self) -> None:
-        self.path = posixpath.join(self._ex().base_dir(), "batch", self.key)
-
-    def _missing(self, fn: Any, what: str) -> Any:
-        """``fn(client)``, or None when the site answers 404 (no such file)."""
-
         ex = self._ex()
-        try:
-            return with_retries(
-                lambda: fn(ex.client()),
-                f"firecREST {what}",
-                tries=4,
-                transient=firecrest_transient,
-                secrets=ex._secrets,
-            )
-        except LaunchersError:
-            raise
-        except Exception as e:
-            if status_of(e) == 404:
-                return None
-            raise ConnectorError(f"firecREST {what}: {ex._message(e)}") from None
-
-    def list_sync(self, rel: str) -> list[str] | None:
-        machine = self._ex().site.machine
-        rows = self._missing(lambda c: c.list_files(machine, self._abs(rel)), f"ls {rel}")
-        return None if rows is None else [str(r.get("name")) for r in rows]
-
-    def read_sync(self, rel: str) -> bytes | None:
-        """Byte-exact (an entry with the size firecREST needs, a task's output with non-UTF-8
-        bytes): the executor's reader (``ops/download``, ``ops/tail``, ``ops/view``)."""
-        return self._ex().read_bytes_sync(self._abs(rel))
-
-    def write_sync(self, rel: str, data: bytes) -> None:
-        ex = self._ex()
-        path = self._abs(rel)
-        ex._call(
-            f"firecREST upload {rel}",
-            lambda c: ex._upload(c, posixpath.dirname(path), posixpath.basename(path), data),
-        )
-
-    def delete_sync(self, rel: str) -> bool:
-        machine = self._ex().site.machine
-        try:
-            done = self._missing(lambda c: c.rm(machine, self._abs(rel)) or True, f"rm {rel}")
-        except ConnectorError:
-            return False
-        return done is not None
-
-    def mkdirs_sync(self, rels: Sequence[str]) -> None:
-        ex = self._ex()
-        for rel in rels:
-            path = self._abs(rel)
-            ex._call(
-                f"firecREST mkdir {rel}",
-                lambda c, path=path: c.mkdir(ex.site.machine, path, create_parents=True),
-            )
+        self.store = ex.files
+        self.root = self.path = posixpath.join(ex.base_dir(), "batch", self.key)
 
 
 # -- choosing the transport -------------------------------------------------------------------------

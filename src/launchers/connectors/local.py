@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import shutil
 import subprocess
 import threading
 from collections.abc import Collection, Mapping, Sequence
@@ -221,6 +222,29 @@ class LocalConnector(Connector):
 
     async def mkdir(self, path: str) -> None:
         Path(os.path.expanduser(path)).mkdir(parents=True, exist_ok=True)
+
+    async def stat_size(self, path: str) -> int | None:
+        try:
+            return os.stat(os.path.expanduser(path)).st_size
+        except FileNotFoundError:
+            return None
+
+    async def remove(self, path: str) -> bool:
+        full = os.path.expanduser(path)
+        try:
+            if os.path.isdir(full) and not os.path.islink(full):
+                shutil.rmtree(full)
+            else:
+                os.remove(full)
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def rename(self, src: str, dst: str) -> None:
+        os.replace(os.path.expanduser(src), os.path.expanduser(dst))
+
+    async def listdir(self, path: str) -> list[str]:
+        return os.listdir(os.path.expanduser(path))
 
     async def home(self) -> str:
         return str(Path.home())

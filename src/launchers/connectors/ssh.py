@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import shlex
-import time
 from collections.abc import Mapping, Sequence
 
 import asyncssh
@@ -111,23 +110,26 @@ class SSHConnector(SFTPFiles):
     ) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess[bytes]]:
         """Open a channel running ``command``; if the connection turns out to be gone before
         the channel opened (nothing ran), wait for the reconnect and try again."""
-        deadline = time.monotonic() + limit
-        while True:
-            conn = await self._connection(max(deadline - time.monotonic(), 0.0))
-            try:
-                proc = await asyncio.wait_for(
-                    conn.create_process(command, encoding=None, request_pty=False),
-                    max(deadline - time.monotonic(), 0.001),
-                )
-                return conn, proc
-            except asyncio.TimeoutError:
-                raise ConnectorError(
+
+        async def connect(
+            budget: float,
+        ) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientConnection]:
+            conn = await self._connection(budget)
+            return conn, conn
+
+        async def op(
+            conn: asyncssh.SSHClientConnection,
+        ) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess[bytes]]:
+            return conn, await conn.create_process(command, encoding=None, request_pty=False)
+
+        def failure(_conn: asyncssh.SSHClientConnection, e: BaseException) -> BaseException:
+            if isinstance(e, asyncio.TimeoutError):
+                return ConnectorError(
                     f"connector {self.name}: no channel opened for {shown!r} within {limit:g} s"
                 )
-            except (OSError, asyncssh.Error) as e:
-                if conn.is_closed() and time.monotonic() < deadline:
-                    continue
-                raise ConnectorError(f"connector {self.name}: cannot run {shown!r}: {e}")
+            return ConnectorError(f"connector {self.name}: cannot run {shown!r}: {e}")
+
+        return await self._retrying(limit, connect, op, failure)
 
     @staticmethod
     async def _communicate(

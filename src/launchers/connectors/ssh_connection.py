@@ -9,8 +9,8 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import asyncssh
 
@@ -28,6 +28,9 @@ from .ssh_keys import (
 )
 
 log = logging.getLogger("launchers.connectors.ssh")
+
+T = TypeVar("T")
+H = TypeVar("H")
 
 BACKOFF_CAP = 60.0
 BACKOFF_JITTER = 0.2
@@ -241,6 +244,35 @@ class SSHConnection(Connector):
 
     def _alive(self) -> bool:
         return self._conn is not None and not self._conn.is_closed()
+
+    async def _retrying(
+        self,
+        limit: float,
+        connect: Callable[[float], Awaitable[tuple[asyncssh.SSHClientConnection, H]]],
+        op: Callable[[H], Awaitable[T]],
+        failure: Callable[[H, BaseException], BaseException],
+    ) -> T:
+        """``op(handle)`` within ``limit`` seconds, ``connect(budget)`` giving the connection and
+        the handle ``op`` works on (the connection, an SFTP channel). A failure becomes
+        ``failure(handle, error)``; when that is a ``ConnectorError`` (the transport failed)
+        and the connection turned out to be lost, ``op`` is tried again once reconnected, while
+        time is left: the one "retry after a lost connection" of commands and files."""
+        deadline = time.monotonic() + limit
+        while True:
+            conn, handle = await connect(max(deadline - time.monotonic(), 0.0))
+            try:
+                return await asyncio.wait_for(op(handle), max(deadline - time.monotonic(), 0.001))
+            except asyncio.TimeoutError as e:
+                raise failure(handle, e)
+            except (OSError, asyncssh.Error) as e:
+                error = failure(handle, e)
+                if (
+                    isinstance(error, ConnectorError)
+                    and conn.is_closed()
+                    and time.monotonic() < deadline
+                ):
+                    continue
+                raise error
 
     async def _connection(self, budget: float) -> asyncssh.SSHClientConnection:
         """The live connection, opening it (first use) or waiting for a reconnect (≤ ``budget`` s)."""

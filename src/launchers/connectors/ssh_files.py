@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import posixpath
 import secrets
-import time
 from typing import Any
 
 import asyncssh
@@ -54,26 +53,29 @@ class SFTPFiles(SSHConnection):
         """Run ``op(sftp, expanded_path)`` within ``command_timeout``, errors mapped; after a
         connection loss the (idempotent) operation is tried again once reconnected."""
         limit = float(self.config.command_timeout)
-        deadline = time.monotonic() + limit
-        while True:
-            conn, sftp, home = await self._sftp_client(max(deadline - time.monotonic(), 0.0))
-            full = self._expand(path, home)
-            try:
-                return await asyncio.wait_for(
-                    op(sftp, full), max(deadline - time.monotonic(), 0.001)
-                )
-            except asyncssh.SFTPNoSuchFile:
-                raise FileNotFoundError(2, f"{what}: no such file on {self.name}", full)
-            except asyncssh.SFTPPermissionDenied:
-                raise PermissionError(13, f"{what}: permission denied on {self.name}", full)
-            except asyncio.TimeoutError:
-                raise ConnectorError(
+
+        async def connect(
+            budget: float,
+        ) -> tuple[asyncssh.SSHClientConnection, tuple[asyncssh.SFTPClient, str]]:
+            conn, sftp, home = await self._sftp_client(budget)
+            return conn, (sftp, self._expand(path, home))
+
+        async def run(handle: tuple[asyncssh.SFTPClient, str]) -> Any:
+            return await op(*handle)
+
+        def failure(handle: tuple[asyncssh.SFTPClient, str], e: BaseException) -> BaseException:
+            full = handle[1]
+            if isinstance(e, asyncssh.SFTPNoSuchFile):
+                return FileNotFoundError(2, f"{what}: no such file on {self.name}", full)
+            if isinstance(e, asyncssh.SFTPPermissionDenied):
+                return PermissionError(13, f"{what}: permission denied on {self.name}", full)
+            if isinstance(e, asyncio.TimeoutError):
+                return ConnectorError(
                     f"connector {self.name}: {what} {full} timed out after {limit:g} s"
                 )
-            except (OSError, asyncssh.Error) as e:
-                if conn.is_closed() and time.monotonic() < deadline:
-                    continue
-                raise ConnectorError(f"connector {self.name}: {what} {full} failed: {e}")
+            return ConnectorError(f"connector {self.name}: {what} {full} failed: {e}")
+
+        return await self._retrying(limit, connect, run, failure)
 
     async def write_file(self, path: str, data: bytes, *, mode: int | None = None) -> None:
         """Write atomically: parents created, temporary name, ``posix-rename`` over ``path``."""
@@ -146,3 +148,50 @@ class SFTPFiles(SSHConnection):
             await sftp.makedirs(full, exist_ok=True)
 
         await self._file_op("mkdir", path, op)
+
+    async def stat_size(self, path: str) -> int | None:
+        """The remote file's size; None when it does not exist."""
+
+        async def op(sftp: asyncssh.SFTPClient, full: str) -> int | None:
+            try:
+                return int((await sftp.stat(full)).size or 0)
+            except asyncssh.SFTPNoSuchFile:
+                return None
+
+        result: int | None = await self._file_op("stat", path, op)
+        return result
+
+    async def remove(self, path: str) -> bool:
+        """Remove a remote file or directory tree; False when nothing was there."""
+
+        async def op(sftp: asyncssh.SFTPClient, full: str) -> bool:
+            try:
+                if (await sftp.lstat(full)).type == asyncssh.FILEXFER_TYPE_DIRECTORY:
+                    await sftp.rmtree(full)
+                else:
+                    await sftp.remove(full)
+            except asyncssh.SFTPNoSuchFile:
+                return False
+            return True
+
+        result: bool = await self._file_op("remove", path, op)
+        return result
+
+    async def rename(self, src: str, dst: str) -> None:
+        """``posix-rename`` (atomic, replacing ``dst``); ``FileNotFoundError`` when ``src`` is gone."""
+
+        async def op(sftp: asyncssh.SFTPClient, full: str) -> None:
+            await sftp.posix_rename(full, self._expand(dst, self._sftp_home or "~"))
+
+        await self._file_op("rename", src, op)
+
+    async def listdir(self, path: str) -> list[str]:
+        """The names in a remote directory (no ``.`` or ``..``)."""
+
+        async def op(sftp: asyncssh.SFTPClient, full: str) -> list[str]:
+            names = await sftp.listdir(full)
+            out = [n if isinstance(n, str) else n.decode() for n in names]
+            return [n for n in out if n not in (".", "..")]
+
+        result: list[str] = await self._file_op("list", path, op)
+        return result

@@ -42,8 +42,13 @@ ERROR = "error.json"
 ATTEMPTS = "attempts"
 LOCK = ".lock"
 
-#: Files moved to ``attempts/N/`` when a failed job is re-run.
-ATTEMPT_FILES = (STDOUT, STDERR, RC, ERROR)
+#: The outputs followed while a job runs (appended to the local copies as they grow).
+FOLLOWED = (STDOUT, STDERR)
+#: What a finished job leaves in its directory for this process: the one list of result files
+#: copied home from another host (``runtime.files.fetch_outputs``).
+RESULT_FILES = (*FOLLOWED, RC, RESULT_JSON, RESULT_PICKLE, ERROR)
+#: Files moved to ``attempts/N/`` when a failed job is re-run (a failed attempt has no result).
+ATTEMPT_FILES = tuple(n for n in RESULT_FILES if n not in (RESULT_JSON, RESULT_PICKLE))
 
 
 def now_iso() -> str:
@@ -398,12 +403,15 @@ def wall_clock() -> float:
 
 __all__ = [
     "ATTEMPTS",
+    "ATTEMPT_FILES",
     "ERROR",
+    "FOLLOWED",
     "HISTORY_LIMIT",
     "LOCK",
     "PARAMS",
     "RC",
     "RECORD_FORMAT",
+    "RESULT_FILES",
     "RESULT_JSON",
     "RESULT_PICKLE",
     "SCRIPT",

@@ -46,21 +46,24 @@ class StateUpdate:
 
 
 def update_for_rc(
-    rc: RcRecord | None, *, attempt: int, cancelled: bool = False
+    rc: RcRecord | None, *, attempt: int | None, cancelled: bool = False
 ) -> StateUpdate | None:
     """The final update ``rc`` (the job's ``job.rc``) implies for attempt ``attempt``, or None
-    when there is none yet.
+    when there is none yet: the one rule turning an exit record into a final state, for every
+    kind (docs/design/runtime.md §5).
 
-    rc 0 and no signal: COMPLETED; ended by a signal after a cancel (``cancelled``): CANCELLED;
-    else FAILED with code/signal (a job that failed on its own before the cancel reached it
-    stays FAILED). An rc of another attempt (stale file) is ignored.
+    rc 0 and no signal: COMPLETED, the reason cleared; ended by a signal after a cancel
+    (``cancelled``): CANCELLED; else FAILED with code/signal (a job that failed on its own
+    before the cancel reached it stays FAILED). The rc's start and end times are recorded. An
+    rc of another attempt (stale file) is ignored; ``attempt=None``: the caller already knows
+    the rc is the current attempt's (a remote run directory, a matching job id).
     """
     if rc is None:
         return None
-    if rc.attempt is not None and rc.attempt != attempt:
+    if attempt is not None and rc.attempt is not None and rc.attempt != attempt:
         return None
     if rc.success:
-        state, reason = JobState.COMPLETED, None
+        state, reason = JobState.COMPLETED, ""
     elif cancelled and rc.signalled:
         state, reason = JobState.CANCELLED, "cancelled on request"
     else:

@@ -10,13 +10,13 @@ when the job ends. A shared remote-files layer replaces ``ConnectorJobFiles`` as
 from __future__ import annotations
 
 import abc
-import hashlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..fsutil import atomic_write_bytes
+from ..jobs.record import RESULT_FILES
+from ..runtime.files import DEFAULT_BASE, connector_base, fetch_outputs, remote_job_dir
 from .decide import banner_seen
 
 if TYPE_CHECKING:
@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("launchers.local")
 
-#: Files copied back from the remote job directory once a job has ended.
-FETCHED = ("job.out", "job.err", "job.rc", "result.json", "result.pickle", "error.json")
+#: Files copied back from the remote job directory once a job has ended (whole).
+FETCHED = RESULT_FILES
 #: The connector's ``workdir`` when it names none (``~`` is the remote home).
-DEFAULT_ROOT = "~/.local/share/launchers"
+DEFAULT_ROOT = DEFAULT_BASE
 
 
 def has_banner(directory: Path, attempt: int) -> bool:
@@ -83,21 +83,14 @@ class ConnectorJobFiles(JobFiles):
 
     async def _remote_root(self) -> str:
         if self._root is None:
-            connector = self.connector()
-            config = getattr(connector, "config", None)  # an SSH connector's configuration
-            root = str(getattr(config, "workdir", DEFAULT_ROOT))
-            if root == "~" or root.startswith("~/"):
-                root = (await connector.home()).rstrip("/") + root[1:]
-            self._root = root.rstrip("/")
+            self._root = await connector_base(self.connector())
         return self._root
 
     async def job_dir(self, job: JobHandle) -> str:
         known = job.record.extra.get("remote_dir")
         if isinstance(known, str) and known:
             return known
-        workdir = job.directory.parent.parent.parent
-        tag = hashlib.sha256(str(workdir).encode()).hexdigest()[:12]
-        return f"{await self._remote_root()}/{tag}/jobs/{job.directory.parent.name}/{job.directory.name}"
+        return remote_job_dir(await self._remote_root(), job.directory, named=False)
 
     def recorded_dir(self, job: JobHandle) -> str | None:
         where = job.record.extra.get("remote_dir")
@@ -112,16 +105,7 @@ class ConnectorJobFiles(JobFiles):
         await connector.write_file(f"{where}/params.json", job.paths.params.read_bytes())
 
     async def fetch(self, job: JobHandle, where: str) -> None:
-        connector = self.connector()
-        for name in FETCHED:
-            try:
-                data = await connector.read_file(f"{where}/{name}")
-            except FileNotFoundError:
-                continue
-            except Exception as e:  # a missing output must not hide the job's state
-                log.warning("%s: cannot copy %s back: %s", job.task_id, name, e)
-                continue
-            atomic_write_bytes(job.directory / name, data)
+        await fetch_outputs(self.connector(), where, job.directory, max_bytes=None, log=log)
 
 
 __all__ = [

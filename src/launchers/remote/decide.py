@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from ..jobs.record import RcRecord, epoch_iso, iso_epoch
 from ..jobs.state import JobState
-from ..jobs.update import StateUpdate
+from ..jobs.update import StateUpdate, update_for_rc
 from ..slurm.states import cancel_reason, map_state
 from ..units import format_size
 
@@ -29,6 +31,22 @@ def gives_up_outputs(failures: int) -> bool:
     """Whether ``failures`` failed reads of a final job's outputs are enough to decide its
     state without ``job.rc`` (earlier: try again next cycle)."""
     return failures >= OUTPUT_TRIES
+
+
+def site_final(
+    rc: RcRecord, *, cancel_requested: bool, failed_reason: str, **fields: Any
+) -> StateUpdate:
+    """The final update of a job that the site says ended well (UNICORE ``SUCCESSFUL``, Slurm's
+    ``COMPLETED`` through firecREST) or that ended just before UNICORE's abort, judged by its
+    ``job.rc`` with ``update_for_rc``, the one rule of every kind (docs/design/runtime.md §5):
+    COMPLETED with the reason cleared, CANCELLED when signalled after a cancel request, else
+    FAILED with ``failed_reason`` (the site's wording). ``fields`` (the site's detail, raw
+    state, times) replace the rule's; the rc's times stay where the site gives none."""
+    judged = update_for_rc(rc, attempt=None, cancelled=cancel_requested)
+    assert judged is not None  # an rc of this run always gives a final update
+    if judged.state is JobState.FAILED:
+        fields["reason"] = failed_reason
+    return attrs.evolve(judged, **fields)
 
 
 def oldest_in(
@@ -121,12 +139,35 @@ def unicore_final(
     status = str(props.get("status", ""))
     aborted = unicore_aborted(props)
     exit_code = unicore_exit_code(props)
-    successful = status == "SUCCESSFUL" and (rc is None or rc.success)
-    if successful or (aborted and rc is not None and rc.success):
-        detail = "UNICORE SUCCESSFUL" if successful else "completed before UNICORE's abort"
-        return StateUpdate(
-            state=JobState.COMPLETED, detail=detail, slurm_state=status, exit_code=0, reason=""
+    if (
+        rc is not None
+        and (status == "SUCCESSFUL" or aborted)
+        and (status == "SUCCESSFUL" or rc.success or (cancel_requested and rc.signalled))
+    ):
+        if rc.success:
+            detail = (
+                "UNICORE SUCCESSFUL"
+                if status == "SUCCESSFUL"
+                else "completed before UNICORE's abort"
+            )
+        else:
+            detail = f"UNICORE {status}"
+        return site_final(
+            rc,
+            cancel_requested=cancel_requested,
+            failed_reason=f"UNICORE reported SUCCESSFUL but job.rc says exit code {rc.rc}",
+            detail=detail,
+            slurm_state=status,
         )
+    if status == "SUCCESSFUL":
+        return StateUpdate(
+            state=JobState.COMPLETED,
+            detail="UNICORE SUCCESSFUL",
+            slurm_state=status,
+            exit_code=0,
+            reason="",
+        )
+    times: dict[str, Any] = {"started_at": rc.start, "ended_at": rc.end} if rc else {}
     if cancel_requested and (rc is None or rc.signalled):
         return StateUpdate(
             state=JobState.CANCELLED,
@@ -134,14 +175,13 @@ def unicore_final(
             slurm_state=status,
             reason="cancelled on request",
             exit_code=exit_code if exit_code is not None else (rc.rc if rc else None),
+            **times,
         )
-    if rc is not None and not rc.success:
-        exit_code = rc.rc if exit_code is None or status == "SUCCESSFUL" else exit_code
+    if rc is not None and not rc.success and exit_code is None:
+        exit_code = rc.rc
     reason = str(props.get("statusMessage") or "") or (
         f"exit code {exit_code}" if exit_code is not None else "failed"
     )
-    if status == "SUCCESSFUL":
-        reason = f"UNICORE reported SUCCESSFUL but job.rc says exit code {exit_code}"
     return StateUpdate(
         state=JobState.FAILED,
         detail=f"UNICORE {status}",
@@ -149,6 +189,7 @@ def unicore_final(
         reason=reason,
         exit_code=exit_code,
         signal=rc.signal if rc else None,
+        **times,
     )
 
 
@@ -261,13 +302,12 @@ def firecrest_update(
             **common,
         )
     if state is JobState.COMPLETED:
-        if rc is not None and not rc.success:
-            return StateUpdate(
-                state=JobState.FAILED,
+        if rc is not None:
+            return site_final(
+                rc,
+                cancel_requested=cancel_requested,
+                failed_reason=f"exit code {rc.rc}",
                 detail=raw,
-                exit_code=rc.rc,
-                signal=rc.signal,
-                reason=f"exit code {rc.rc}",
                 **common,
             )
         return StateUpdate(state=state, detail=raw, exit_code=0, reason="", **common)
@@ -437,6 +477,7 @@ __all__ = [
     "ran_unlisted",
     "rc_names",
     "read_start",
+    "site_final",
     "ssh_unreachable",
     "tagged_choice",
     "transfer_method",

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.model import FirecrestSite
 from ..errors import AuthenticationError, ConfigurationError, LaunchersError, SubmissionError
+from ..jobs.record import FOLLOWED, RC
 from ..jobs.state import JobState
 from ..jobs.update import StateUpdate
 from ..slurm.states import UnknownStateWarner
@@ -47,7 +48,7 @@ RECONCILE_PATIENCE = 300.0
 #: still appear), look for it by name this long before concluding it was not submitted
 SUBMIT_SETTLE = 30.0
 #: a previous attempt's files in a reused run directory, removed before each submission
-STALE_OUTPUTS = ("job.out", "job.err", "job.rc")
+STALE_OUTPUTS = (*FOLLOWED, RC)
 RECONCILE_FIRST_RETRY = 2.0
 #: lookups by name, 2 s apart, for a job that evidently started but is not listed yet
 RECONCILE_NAME_LAG_TRIES = 30

@@ -83,6 +83,13 @@ class _Threaded:
     async def read(self, path: str, offset: int = 0, size: int | None = None) -> bytes:
         return await asyncio.to_thread(self.read_sync, path, offset, size)
 
+    def read_whole_sync(self, path: str) -> bytes | None:
+        raise NotImplementedError
+
+    async def read_whole(self, path: str) -> bytes | None:
+        """The whole file in as few requests as the site allows; None when it does not exist."""
+        return await asyncio.to_thread(self.read_whole_sync, path)
+
     async def write(self, path: str, data: bytes) -> None:
         await asyncio.to_thread(self.write_sync, path, data)
 
@@ -176,6 +183,10 @@ class UnicoreStorage(_Threaded):
             return start
 
         return self._fetch(path, start_for if copied > 0 else None)
+
+    def read_whole_sync(self, path: str) -> bytes | None:
+        """The whole file in one ``GET``; None when it does not exist."""
+        return self._fetch(path, None)
 
     def read_sync(self, path: str, offset: int = 0, size: int | None = None) -> bytes:
         def start_for(length: int) -> int | None:
@@ -356,6 +367,11 @@ class FirecrestStorage(_Threaded):
                 break
             out += data
         return bytes(out if size is None else out[:size])
+
+    def read_whole_sync(self, path: str) -> bytes | None:
+        """The whole file, byte-exact (``read_bytes_sync`` from 0 reads it all); None when it
+        does not exist."""
+        return self.read_bytes_sync(path, 0)
 
     def read_bytes_sync(self, path: str, offset: int = 0) -> bytes | None:
         """The bytes of ``path`` from ``offset`` known exactly now (None: no such file): all of

@@ -7,16 +7,21 @@ remote-files layer can replace it whole."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import hashlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConnectorError
 from ..fsutil import atomic_write_bytes
-from ..jobs.record import RC, STDERR, STDOUT, RcRecord, parse_rc
+from ..jobs.record import RC, RESULT_FILES, STDOUT, RcRecord, parse_rc
+from ..runtime.files import (
+    DEFAULT_BASE,
+    MAX_OUTPUT_BYTES,
+    connector_base,
+    fetch_outputs,
+    remote_job_dir,
+)
 from ..runtime.loop import blocking
 
 if TYPE_CHECKING:
@@ -25,10 +30,9 @@ if TYPE_CHECKING:
     from .cluster import SlurmCluster
 
 #: the remote root of job directories when the connector names none
-DEFAULT_WORKDIR = "~/.local/share/launchers"
-#: what a finished remote job leaves that is copied home
-OUTPUT_FILES = (STDOUT, STDERR, RC, "result.json", "result.pickle", "error.json")
-MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+DEFAULT_WORKDIR = DEFAULT_BASE
+#: what a finished remote job leaves that is copied home (each up to ``MAX_OUTPUT_BYTES``)
+OUTPUT_FILES = RESULT_FILES
 
 
 class JobFiles:
@@ -58,14 +62,8 @@ class JobFiles:
         ``WORKDIR/<experiment>-<sha12 of its path>/jobs/<task name>/<digest>``."""
         remote = job.runtime.get("remote_dir") or job.record.extra.get("remote_dir")
         if not remote:
-            base = str(
-                getattr(getattr(self.connector, "config", None), "workdir", None) or DEFAULT_WORKDIR
-            )
-            if base.startswith("~"):
-                base = (await self.connector.home()).rstrip("/") + base[1:]
-            root = Path(job.directory).parent.parent.parent
-            tag = hashlib.sha256(str(root).encode()).hexdigest()[:12]
-            remote = f"{base.rstrip('/')}/{root.name}-{tag}/jobs/{job.directory.parent.name}/{job.directory.name}"
+            base = await connector_base(self.connector)
+            remote = remote_job_dir(base, Path(job.directory), named=True)
         job.runtime["remote_dir"] = remote
         await self.connector.mkdir(remote)
         params = Path(job.directory) / "params.json"
@@ -128,18 +126,7 @@ class JobFiles:
         """Copy a finished remote job's outputs back into the local job directory."""
         if self.is_local:
             return
-        remote = self.job_dir(job)
-        for name in OUTPUT_FILES:
-            try:
-                data = await self.connector.read_file(
-                    f"{remote}/{name}", max_bytes=MAX_OUTPUT_BYTES
-                )
-            except (FileNotFoundError, OSError, ConnectorError):
-                continue
-            # up to 64 MiB: always in a worker thread, however fast the disk was so far
-            await asyncio.to_thread(
-                atomic_write_bytes, str(Path(job.directory) / name), data, sync_dir=False
-            )
+        await fetch_outputs(self.connector, self.job_dir(job), Path(job.directory))
 
     def archive_rc(self, job: JobHandle) -> None:
         """Move the local ``job.rc`` of the ending attempt to ``attempts/N/`` (a resubmission)."""
@@ -151,4 +138,4 @@ class JobFiles:
                 os.replace(rc, dest / RC)
 
 
-__all__ = ["DEFAULT_WORKDIR", "OUTPUT_FILES", "JobFiles"]
+__all__ = ["DEFAULT_WORKDIR", "MAX_OUTPUT_BYTES", "OUTPUT_FILES", "JobFiles"]

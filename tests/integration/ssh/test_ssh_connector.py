@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from file_store_checks import check_file_store
 from launchers.config.model import LaunchersConfig, SSHConnectorConfig
 from launchers.connectors import registry
 from launchers.connectors.ssh import (
@@ -324,6 +325,11 @@ def test_login_shell_keeps_quoting(sandbox: dict[str, str]) -> None:
 
 
 # ----------------------------------------------------------------------------- files
+
+
+@pytest.mark.ssh
+def test_sftp_is_a_file_store(sandbox: dict[str, str], tmp_path: Path) -> None:
+    run(using(SSHConnector(cfg(sandbox)), lambda c: check_file_store(c, str(tmp_path))))
 
 
 @pytest.mark.ssh
