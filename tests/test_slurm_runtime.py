@@ -56,6 +56,7 @@ def sacct_names(name: str) -> list[str]:
     return out.split()
 
 
+@pytest.mark.slow
 def test_complete_fail_cancel(cluster: dict[str, str], tmp_path: Path) -> None:
     L = make_launcher()
     t0 = time.monotonic()
@@ -100,6 +101,7 @@ def test_rejection_fails_with_sbatch_message(cluster: dict[str, str], tmp_path: 
     assert "qos" in (job.reason or "").lower()
 
 
+@pytest.mark.slow
 def test_dependency_failing_later_is_unrunnable(
     cluster: dict[str, str], tmp_path: Path, slurm_tuning: Any
 ) -> None:
