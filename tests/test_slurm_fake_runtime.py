@@ -27,9 +27,9 @@ from launchers.jobs.record import StateRecord, job_directory, now_iso, write_rec
 FAST = {"poll_min": 0.02, "poll_max": 0.1, "fast_interval": 0.02, "retry_first": 0.01}
 
 
-def make_launcher(**group: Any) -> SlurmLauncher:
+def make_launcher(id: str = "sb", **group: Any) -> SlurmLauncher:
     return SlurmLauncher(
-        group=SlurmGroup(id="sb", **group), options={"partition": "debug", "time": "00:05:00"}
+        group=SlurmGroup(id=id, **group), options={"partition": "debug", "time": "00:05:00"}
     )
 
 
@@ -189,3 +189,45 @@ def test_cancel_while_staging_submits_nothing(
     assert not [j for j in fake.jobs.values() if j.name == (rec["job_name"] or "stagecancel-x")]
     assert not [j for j in fake.jobs.values() if j.name.startswith("stagecancel-")]
     assert "sbatch" not in fake.commands
+
+
+def test_squeue_and_job_rc_without_accounting(fresh: Any, tmp_path: Path) -> None:
+    """sacct says "accounting storage is disabled" (docs/design/runtime.md §5): squeue and
+    ``job.rc`` for the process lifetime, sacct never asked again. The real cluster without
+    accounting is tests/test_slurm_runtime_noacct.py."""
+    fake = FakeSlurm(accounting=False)
+
+    exited: set[str] = set()
+
+    def play(f: FakeSlurm) -> None:
+        """Each query: pending jobs start; a short job's script exits (job.rc), and Slurm
+        sees it ended at the next query, as on a real cluster."""
+        for job in list(f.jobs.values()):
+            params = f.params(job)
+            rc = 4 if "exit 4" in params else 0
+            if job.state == "PENDING":
+                f.start(job.job_id)
+            elif job.state == "RUNNING" and job.job_id in exited:
+                f.finish(job.job_id, rc, write_rc=False)
+            elif job.state == "RUNNING" and "sleep" not in params:
+                f.write_rc(job.job_id, rc)
+                exited.add(job.job_id)
+
+    fake.on_query = play
+    L = make_launcher(id="na")
+    fake_executor(L, fake)
+    with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
+        ok = command(["sh", "-c", "echo fine"]).submit()
+        bad = command(["sh", "-c", "exit 4"]).submit()
+        long = command(["sleep", "120"]).submit()
+        deadline = time.monotonic() + 30
+        while long.state is not JobState.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.01)
+        long.cancel()
+    ex = L.executor()
+    assert isinstance(ex, sx.SlurmExecutor)
+    assert ex.slurm.accounting is False
+    assert ex.commands.get("sacct", 0) <= 1  # tried once, then squeue for the process lifetime
+    assert ok.state is JobState.COMPLETED
+    assert (bad.state, bad.exit_code) == (JobState.FAILED, 4)
+    assert long.state is JobState.CANCELLED

@@ -150,12 +150,17 @@ class FakeSlurm(LocalConnector):
         job.state = state or ("COMPLETED" if rc == 0 else "FAILED")
         job.reason = "None"
         if write_rc:
-            directory = self.job_directory(job)
-            if directory is not None:
-                record = {"rc": rc, "signal": None, "attempt": _attempt(directory),
-                          "native_id": job.job_id, "host": "fake01",
-                          "start": _iso(job.start), "end": _iso(job.end)}  # fmt: skip
-                (Path(directory) / "job.rc").write_text(json.dumps(record))
+            self.write_rc(job_id, rc)
+
+    def write_rc(self, job_id: str, rc: int) -> None:
+        """The ``job.rc`` a job's script writes as it exits (before Slurm sees the end)."""
+        job = self.jobs[job_id]
+        directory = self.job_directory(job)
+        if directory is not None:
+            record = {"rc": rc, "signal": None, "attempt": _attempt(directory),
+                      "native_id": job.job_id, "host": "fake01",
+                      "start": _iso(job.start), "end": _iso(job.end or self.now())}  # fmt: skip
+            (Path(directory) / "job.rc").write_text(json.dumps(record))
 
     def cancel(self, job_id: str, by: int | None = None) -> None:
         job = self.jobs[job_id]
@@ -196,6 +201,14 @@ class FakeSlurm(LocalConnector):
                 lines = Path(index_file).read_text().splitlines()
                 return lines[job.index] if job.index < len(lines) else None
         return None
+
+    def params(self, job: FakeJob) -> str:
+        """The ``params.json`` of the task a job runs (what a test tells its jobs apart by)."""
+        directory = self.job_directory(job)
+        try:
+            return (Path(directory) / "params.json").read_text() if directory else ""
+        except OSError:
+            return ""
 
     def queued(self) -> list[FakeJob]:
         return [j for j in self.jobs.values() if not j.ended]
