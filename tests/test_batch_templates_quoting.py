@@ -103,11 +103,11 @@ def expected(snippet: int, value: str) -> str:
     return SNIPPETS[snippet][1].replace("{v}", value)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(value=VALUES, order=st.permutations(range(len(SNIPPETS))))
-@pytest.mark.slow
 def test_every_context_round_trips_and_runs_nothing(
     tmp_path_factory: pytest.TempPathFactory, value: str, order: list[int]
 ) -> None:
