@@ -1,7 +1,7 @@
 """The Slurm executor against the real cluster: submission, tracking, states, cancel, arrays,
 fatal pending reasons, re-attach and reconciliation by name (docs/design/runtime.md §4-§8). The
 decisions that need no real scheduler (a fatal reason confirmed, submit limits, purged jobs,
-cancel while staging, queries per cycle) run on fakes in tests/test_slurm_fake_runtime.py."""
+cancel while staging, queries per cycle) run on fakes in tests/slurm/test_slurm_fake_runtime.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The Slurm executor on a cluster WITHOUT accounting (squeue + job.rc,
 docs/design/runtime.md §5) during a slurmctld outage while jobs run. Uses its own cluster
 instance (/tmp/slurm-noacct), never the shared one. What "accounting disabled" makes the
-executor do is decided on FakeSlurm: tests/test_slurm_fake_runtime.py."""
+executor do is decided on FakeSlurm: tests/slurm/test_slurm_fake_runtime.py."""
 
 from __future__ import annotations
 

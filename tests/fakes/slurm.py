@@ -3,7 +3,7 @@
 It answers the command lines the Slurm executor runs (``slurm.commands``, ``slurm.limits``,
 ``slurm.cluster``): ``sbatch --parsable``, the poll's ``sacct`` and ``squeue``, ``scancel``,
 ``scontrol show config``, the lookups by name and the submit-allowance ``sh -c``, in the output
-formats of the real Slurm 22.05 of ``tests/cluster`` (``tests/test_fake_slurm_fidelity.py``
+formats of the real Slurm 22.05 of ``tests/cluster`` (``tests/integration/slurm/test_fake_slurm_fidelity.py``
 compares them). Files go through a real ``LocalConnector``: the job directories are real.
 
 A test scripts it: the state, reason and exit code of each job (``pend``, ``start``, ``finish``,

@@ -2,8 +2,9 @@
 pending reason, a submit limit, a purged job, a cancel during staging, a pending queue and a
 cluster without accounting become (docs/design/runtime.md §4-§8). The same executor code runs
 as against the real cluster; only the answers of Slurm are scripted, in their real formats
-(tests/test_fake_slurm_fidelity.py). Their real twins stay in tests/test_slurm_runtime.py
-(test_dependency_failing_later_is_unrunnable, test_complete_fail_cancel...)."""
+(tests/integration/slurm/test_fake_slurm_fidelity.py). Their real twins stay in
+tests/integration/slurm/test_slurm_runtime.py (test_dependency_failing_later_is_unrunnable,
+test_complete_fail_cancel...)."""
 
 from __future__ import annotations
 
@@ -194,7 +195,7 @@ def test_cancel_while_staging_submits_nothing(
 def test_squeue_and_job_rc_without_accounting(fresh: Any, tmp_path: Path) -> None:
     """sacct says "accounting storage is disabled" (docs/design/runtime.md §5): squeue and
     ``job.rc`` for the process lifetime, sacct never asked again. The real cluster without
-    accounting is tests/test_slurm_runtime_noacct.py."""
+    accounting is tests/integration/slurm/test_slurm_runtime_noacct.py."""
     fake = FakeSlurm(accounting=False)
 
     exited: set[str] = set()
