@@ -15,6 +15,7 @@ moves it ``tick`` seconds on: each poll cycle is that much virtual time.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import threading
@@ -28,7 +29,6 @@ import attrs
 from launchers.connectors.base import CommandResult
 from launchers.connectors.local import LocalConnector
 from launchers.slurm import commands as C
-from launchers.slurm.parse import master_id
 
 from .clock import FakeClock
 
@@ -239,8 +239,6 @@ class FakeSlurm(LocalConnector):
                 raise answer
             return answer
         if name == "sbatch" and self.sbatch_delay:
-            import asyncio
-
             await asyncio.sleep(self.sbatch_delay)
         with self._lock:
             return self._simulate(argv, cwd)
@@ -451,4 +449,4 @@ def fake_executor(launcher: Any, fake: FakeSlurm, clock: Any = None) -> Any:
 
 
 __all__ = ["NO_ACCOUNTING_ERROR", "SUBMIT_LIMIT_ERROR", "TRANSIENT_ERROR", "FakeJob", "FakeSlurm",
-           "fake_executor", "master_id"]  # fmt: skip
+           "fake_executor"]  # fmt: skip
