@@ -8,7 +8,8 @@ compares them). Files go through a real ``LocalConnector``: the job directories 
 
 A test scripts it: the state, reason and exit code of each job (``pend``, ``start``, ``finish``,
 ``cancel``, ``purge``), what new jobs look like (``on_submit``), answers to hand out first
-(``answer``: a transient error, a refusal), a submit limit (``max_submit``), accounting off.
+(``answer``: a transient error, a refusal), a submit limit (``max_submit``), accounting off,
+slurmctld down (``down``).
 Every command is counted (``commands``) and kept (``calls``). With a ``FakeClock``, every query
 moves it ``tick`` seconds on: each poll cycle is that much virtual time.
 """
@@ -42,6 +43,13 @@ SUBMIT_LIMIT_ERROR = (
 NO_ACCOUNTING_ERROR = "sacct: error: Slurm accounting storage is disabled\n"
 #: sbatch when slurmctld does not answer
 TRANSIENT_ERROR = "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)\n"
+#: what the commands that need slurmctld say while it is down
+CONTROLLER_DOWN = {
+    "squeue": "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n",
+    "scancel": "scancel: error: Kill job error on job id 1: Unable to contact slurm controller "
+    "(connect failure)\n",
+    "scontrol": "slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)\n",
+}
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED")
 
 
@@ -118,6 +126,8 @@ class FakeSlurm(LocalConnector):
         self.on_query: Callable[[FakeSlurm], None] | None = None
         #: seconds an sbatch takes (real time: a slow slurmctld)
         self.sbatch_delay = 0.0
+        #: slurmctld is down: its commands fail as they do then (sacct needs only slurmdbd)
+        self.down = False
 
     # -- scripting ------------------------------------------------------------------------------
 
@@ -249,6 +259,8 @@ class FakeSlurm(LocalConnector):
             self.on_query(self)
         if name in ("sacct", "squeue") and self.clock is not None and self.tick:
             self.clock.advance(self.tick)
+        if self.down and name in ("sbatch", "squeue", "scancel", "scontrol"):
+            return CommandResult(1, "", CONTROLLER_DOWN.get(name, TRANSIENT_ERROR))
         if name == "sbatch":
             return self._sbatch(argv, cwd)
         if name == "sacct":

@@ -232,3 +232,48 @@ def test_squeue_and_job_rc_without_accounting(fresh: Any, tmp_path: Path) -> Non
     assert ok.state is JobState.COMPLETED
     assert (bad.state, bad.exit_code) == (JobState.FAILED, 4)
     assert long.state is JobState.CANCELLED
+
+
+def test_slurmctld_outage_fails_nothing(fresh: Any, tmp_path: Path) -> None:
+    """slurmctld down for 30 s of virtual time on a cluster without accounting: failed
+    queries change nothing, jobs that end meanwhile are decided by their job.rc, and a job
+    submitted during the outage is retried until sbatch answers. The real twin (own cluster,
+    slurmctld stopped) is tests/integration/slurm/test_slurm_runtime_noacct.py."""
+    clock = FakeClock()
+    fake = FakeSlurm(clock, tick=5.0, accounting=False)
+    fake.on_submit = lambda job: fake.start(job.job_id)
+    exited: set[str] = set()
+
+    def play(f: FakeSlurm) -> None:  # after the outage: the late job runs, then ends
+        for job in list(f.jobs.values()):
+            if f.down or job.state != "RUNNING":
+                continue
+            if job.job_id in exited:
+                f.finish(job.job_id, 0, write_rc=False)
+            elif "outage" in f.params(job):
+                f.write_rc(job.job_id, 0)
+                exited.add(job.job_id)
+
+    fake.on_query = play
+    L = make_launcher(id="na")
+    fake_executor(L, fake, clock)
+    with experiment(tmp_path, L):
+        running = [command(["sh", "-c", f"sleep 8; echo {i}"]).submit() for i in range(2)]
+        deadline = time.monotonic() + 30
+        while any(j.state is not JobState.RUNNING for j in running) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        fake.down = True
+        down_at = clock.monotonic()
+        late = command(["sh", "-c", "echo submitted during the outage"]).submit()
+        for j in running:  # their scripts end during the outage
+            fake.write_rc(j.native_id or "", 0)
+            exited.add(j.native_id or "")
+        while clock.monotonic() - down_at < 30 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(not j.state.is_final or j.state is JobState.COMPLETED for j in [*running, late])
+        assert late.state in (JobState.WAITING, JobState.SUBMITTING)
+        assert fake.commands.get("sbatch", 0) >= 2  # tried again
+        fake.down = False
+        assert clock.monotonic() - down_at >= 30
+    assert [j.state for j in running] == [JobState.COMPLETED, JobState.COMPLETED]
+    assert late.state is JobState.COMPLETED and late.native_id
