@@ -23,6 +23,23 @@ settings.register_profile("launchers", deadline=None)
 settings.load_profile("launchers")
 
 CLUSTER_SCRIPTS = pathlib.Path(__file__).parent / "cluster"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` run first (a stable sort, so the rest keep their order): the
+    parallel pass hands tests to its workers in this order, and a long test handed out last
+    would end the pass alone while the other workers idle. Tests of an ``xdist_group`` stay
+    where they are (the scheduler sends each group first, as one unit)."""
+
+    def later(item: pytest.Item) -> bool:
+        return item.get_closest_marker("slow") is None or bool(
+            item.get_closest_marker("xdist_group")
+        )
+
+    items.sort(key=later)
+
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

@@ -16,6 +16,10 @@ stage() { echo "[run.sh $((SECONDS - t0))s] $*" >&2; }
 # `pip install` and fails the install when a stale lock file is left in its shims directory.
 # Console scripts installed here (launchers, lint-imports) are found in the interpreter's bin.
 PY=$(python3 -c 'import sys; print(sys.executable)')
+# Python's bytecode caches are written even where the environment turns them off: every
+# parallel worker imports every test module, and pytest reuses its assertion-rewritten modules
+# only from __pycache__ (git-ignored); without it each worker spends 6 s of CPU rewriting them.
+unset PYTHONDONTWRITEBYTECODE
 export PATH="$(dirname "$PY"):$PATH"
 "$PY" -m pip install --quiet --disable-pip-version-check -e '.[test]'
 # Where login shells run `pyenv rehash` (root's .bashrc here: SSH commands, job scripts), a shell
@@ -26,8 +30,10 @@ if [[ -n ${PYENV_ROOT:-} ]]; then find "$PYENV_ROOT/shims" -maxdepth 1 -name .py
 stage "installed"
 started=0
 mypy_pid=
+collect_pid=
 cleanup() {
   [[ -n $mypy_pid ]] && kill "$mypy_pid" 2>/dev/null || true
+  [[ -n $collect_pid ]] && kill "$collect_pid" 2>/dev/null || true
   if [[ $started == 1 && ${KEEP_CLUSTER:-0} != 1 ]]; then
     bash tests/cluster/stop.sh >/dev/null 2>&1 || true
   fi
@@ -40,6 +46,11 @@ trap cleanup EXIT
 lint-imports --no-cache >/tmp/launchers-lint-imports.log 2>&1 || { cat /tmp/launchers-lint-imports.log; exit 1; }
 "$PY" -m mypy >/tmp/launchers-mypy.log 2>&1 &
 mypy_pid=$!
+# one collection fills those caches while the cluster starts (its errors show in the real run)
+if [[ $# -eq 0 ]]; then
+  "$PY" -m pytest -q --collect-only -p no:cacheprovider >/dev/null 2>&1 &
+  collect_pid=$!
+fi
 # the monitor's page tests drive a headless Chromium (Debian's chromium and chromium-driver)
 bash tests/browser/install.sh
 bash tests/cluster/start.sh >/tmp/launchers-cluster.env
@@ -51,6 +62,7 @@ if ! wait "$mypy_pid"; then mypy_pid=; cat /tmp/launchers-mypy.log; exit 1; fi
 mypy_pid=
 cat /tmp/launchers-mypy.log
 stage "ruff, lint-imports and mypy clean"
+if [[ -n $collect_pid ]]; then wait "$collect_pid" || true; collect_pid=; fi
 if [[ $# -gt 0 ]]; then
   "$PY" -m pytest -q "$@"
   exit

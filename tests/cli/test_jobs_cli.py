@@ -85,6 +85,7 @@ def test_submit_then_cancel(here: Path) -> None:
     assert "already final" in r.stdout
 
 
+@pytest.mark.slow
 def test_usage_errors(here: Path) -> None:
     r = cli("submit", cwd=here)
     assert r.returncode == 2 and r.stderr.startswith("launchers: submit: no command given")

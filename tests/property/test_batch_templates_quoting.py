@@ -103,6 +103,7 @@ def expected(snippet: int, value: str) -> str:
     return SNIPPETS[snippet][1].replace("{v}", value)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

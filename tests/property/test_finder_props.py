@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -127,6 +128,7 @@ def _admitted(group: SlurmGroup, options: SlurmOptions) -> list[tuple[Partition,
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(slurm_group(), requirement())
 def test_random_search_is_sound(group: SlurmGroup, alt: HostRequirement) -> None:
@@ -191,6 +193,7 @@ def test_gpu_assignment_matches_brute_force_in_any_order(
     assert assign_gpus(shuffled_r, shuffled_s) == expected
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(slurm_group(), requirement())
 def test_fast_path_agrees_with_reasons(group: SlurmGroup, alt: HostRequirement) -> None:

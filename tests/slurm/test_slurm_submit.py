@@ -1,7 +1,7 @@
 """The one sbatch-with-retries routine (docs/slurm.md, "Inside the executor") that single jobs and
-array chunks share, on a scripted fake cluster: what each answer of sbatch becomes, that a
-transient failure is looked up by name before the next try, the cancel check and the shared
-backoff."""
+array chunks share, on ``FakeSlurm`` (tests/fakes) handing out scripted answers: what each
+answer of sbatch becomes, that a transient failure is looked up by name before the next try,
+the cancel check and the shared backoff."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ from typing import Any
 
 import pytest
 
+from fakes import FakeSlurm
 from launchers.connectors.base import CommandResult
 from launchers.errors import ConnectorError, SubmissionError
+from launchers.runtime.core import SystemClock
+from launchers.slurm.cluster import SlurmCluster
 from launchers.slurm.settings import SlurmTuning
 from launchers.slurm.submit import (
     Accepted,
@@ -30,41 +33,22 @@ FAST = SlurmTuning(retry_first=0.001, retry_total=5.0)
 TRANSIENT = CommandResult(1, "", "sbatch: error: Batch job submission failed: Socket timed out")
 
 
-class FakeCluster:
-    """Answers sbatch from a script of results (a ``ConnectorError`` is raised)."""
-
-    name: str | None = None
-
-    def __init__(self, answers: Sequence[CommandResult | Exception]) -> None:
-        self.answers = list(answers)
-        self.calls: list[tuple[list[str], str | None, bool]] = []
-
-    async def run(self, argv: Sequence[str], *, timeout: float | None = None,
-                  cwd: str | None = None, clean_env: bool = False) -> CommandResult:  # fmt: skip
-        self.calls.append((list(argv), cwd, clean_env))
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+def fake_cluster(answers: Sequence[CommandResult | Exception]) -> tuple[SlurmCluster, FakeSlurm]:
+    """A ``SlurmCluster`` over a ``FakeSlurm`` that hands out ``answers`` to sbatch in order."""
+    fake = FakeSlurm()
+    fake.answer("sbatch", *answers)
+    return SlurmCluster(lambda: fake, local=True, cluster=None, tuning=SlurmTuning), fake
 
 
-class Clock:
-    def time(self) -> float:
-        return time.time()
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-
-def sbatch(cluster: FakeCluster, tuning: SlurmTuning = FAST, **kw: Any) -> Any:
+def sbatch(cluster: SlurmCluster, tuning: SlurmTuning = FAST, **kw: Any) -> Any:
     async def nothing() -> Adopted | None:
         return None
 
     kw.setdefault("lookup", nothing)
 
     async def go() -> Any:
-        return await sbatch_with_retries(cluster, asyncio.Semaphore(1), script="job.sh",  # type: ignore[arg-type]
-                                         cwd="/d", tuning=tuning, clock=Clock(), **kw)  # fmt: skip
+        return await sbatch_with_retries(cluster, asyncio.Semaphore(1), script="job.sh",
+                                         cwd="/d", tuning=tuning, clock=SystemClock(), **kw)  # fmt: skip
 
     return asyncio.run(go())
 
@@ -81,21 +65,21 @@ def sbatch(cluster: FakeCluster, tuning: SlurmTuning = FAST, **kw: Any) -> Any:
     ],
 )  # fmt: skip
 def test_one_answer(answer: CommandResult, outcome: Any) -> None:
-    cluster = FakeCluster([answer])
+    cluster, fake = fake_cluster([answer])
     assert sbatch(cluster) == outcome
-    assert cluster.calls == [(["sbatch", "--parsable", "job.sh"], "/d", True)]
+    assert fake.calls == [(["sbatch", "--parsable", "job.sh"], "/d", True)]
 
 
 def test_the_cluster_learnt_is_passed() -> None:
-    cluster = FakeCluster([CommandResult(0, "5\n", "")])
+    cluster, fake = fake_cluster([CommandResult(0, "5\n", "")])
     cluster.name = "c2"
     sbatch(cluster)
-    assert cluster.calls[0][0] == ["sbatch", "--parsable", "--clusters=c2", "job.sh"]
+    assert fake.calls[0][0] == ["sbatch", "--parsable", "--clusters=c2", "job.sh"]
 
 
 def test_no_id_in_a_zero_exit_is_an_error() -> None:
     with pytest.raises(SubmissionError):
-        sbatch(FakeCluster([CommandResult(0, "", "")]))
+        sbatch(fake_cluster([CommandResult(0, "", "")])[0])
 
 
 def test_transient_failures_are_retried_after_a_lookup_by_name() -> None:
@@ -105,45 +89,45 @@ def test_transient_failures_are_retried_after_a_lookup_by_name() -> None:
         looked.append(1)
         return None
 
-    cluster = FakeCluster([TRANSIENT, ConnectorError("ssh: connection lost"), CommandResult(0, "9\n", "")])  # fmt: skip
+    cluster, fake = fake_cluster([TRANSIENT, ConnectorError("ssh: connection lost"), CommandResult(0, "9\n", "")])  # fmt: skip
     assert sbatch(cluster, lookup=lookup) == Accepted("9")
-    assert len(cluster.calls) == 3 and len(looked) == 2
+    assert len(fake.calls) == 3 and len(looked) == 2
 
 
 def test_a_job_found_by_name_after_a_transient_failure_is_adopted() -> None:
     async def lookup() -> Adopted | None:
         return Adopted("77")
 
-    cluster = FakeCluster([TRANSIENT])
+    cluster, fake = fake_cluster([TRANSIENT])
     assert sbatch(cluster, lookup=lookup) == Adopted("77")
-    assert len(cluster.calls) == 1  # never submitted twice
+    assert len(fake.calls) == 1  # never submitted twice
 
 
 def test_a_failing_lookup_is_not_an_answer() -> None:
     async def lookup() -> Adopted | None:
         raise ConnectorError("squeue failed")
 
-    cluster = FakeCluster([TRANSIENT, CommandResult(0, "8\n", "")])
+    cluster, _ = fake_cluster([TRANSIENT, CommandResult(0, "8\n", "")])
     assert sbatch(cluster, lookup=lookup) == Accepted("8")
 
 
 def test_gives_up_at_the_deadline_with_the_last_message() -> None:
     tuning = SlurmTuning(retry_first=0.01, retry_total=0.015)
-    cluster = FakeCluster([TRANSIENT, TRANSIENT, TRANSIENT])
+    cluster, fake = fake_cluster([TRANSIENT, TRANSIENT, TRANSIENT])
     assert sbatch(cluster, tuning) == GaveUp(TRANSIENT.stderr.strip())
-    assert len(cluster.calls) == 2
+    assert len(fake.calls) == 2
 
 
 def test_cancel_is_checked_before_every_try() -> None:
     asked = iter([False, True])
-    cluster = FakeCluster([TRANSIENT])
+    cluster, fake = fake_cluster([TRANSIENT])
     assert sbatch(cluster, cancelled=lambda: next(asked)) == Cancelled()
-    assert len(cluster.calls) == 1
+    assert len(fake.calls) == 1
 
 
 def test_failures_extend_the_shared_backoff() -> None:
     backoff = Backoff()
-    cluster = FakeCluster([TRANSIENT, CommandResult(0, "1\n", "")])
+    cluster, _ = fake_cluster([TRANSIENT, CommandResult(0, "1\n", "")])
     before = time.monotonic()
     assert sbatch(cluster, backoff=backoff) == Accepted("1")
     assert backoff.until > before

@@ -2333,6 +2333,7 @@ def test_s6_cli_find_tags(tmp_path: Path) -> None:
     assert proc.returncode == 1
 
 
+@pytest.mark.slow
 def test_s6_cli_exit_status(tmp_path: Path) -> None:
     # "Exit status 0 when found, 1 when no launcher fits (the explanation on stderr), 2 for a
     # syntax or configuration error (the message on stderr, no traceback)."

@@ -860,6 +860,7 @@ def cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProce
 
 
 # "`launchers cancel`" (docs/design/runtime.md §7) and the job directory as seen by `launchers jobs|logs`
+@pytest.mark.slow
 def test_cli_submit_jobs_logs_cancel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "launchers.yaml").write_text("local:\n  - id: here\n    cpu: {cores: 2}\n")
     monkeypatch.setenv("LAUNCHERS_CONFIG", str(tmp_path / "launchers.yaml"))

@@ -112,6 +112,7 @@ def rest_queue(ex: BatchExecutor, tmp_path: Path) -> RestQueue:
     return remote
 
 
+@pytest.mark.slow
 def test_one_pilot_runs_many_tasks(
     site: tuple[str, Any, Any, Path], tmp_path: Path, leaves_nothing: Leftovers
 ) -> None:
@@ -180,6 +181,7 @@ def test_callable_refused(site: tuple[str, Any, Any, Path], tmp_path: Path) -> N
         answer().submit()
 
 
+@pytest.mark.slow
 def test_truncated_entry_is_skipped_then_run_once_complete(
     site: tuple[str, Any, Any, Path], tmp_path: Path, leaves_nothing: Leftovers
 ) -> None:
@@ -223,6 +225,7 @@ def test_truncated_entry_is_skipped_then_run_once_complete(
     assert json.loads((queue / "done" / "bogus.json").read_text())["state"] == "COMPLETED"
 
 
+@pytest.mark.slow
 def test_killed_pilot_task_finished_by_a_second_pilot(
     site: tuple[str, Any, Any, Path], tmp_path: Path, leaves_nothing: Leftovers
 ) -> None:
@@ -268,6 +271,7 @@ def test_killed_pilot_task_finished_by_a_second_pilot(
     assert not remote.lost_runners  # forgotten once its claims are gone
 
 
+@pytest.mark.slow
 def test_cancel_from_another_process_reaches_the_site_queue(
     site: tuple[str, Any, Any, Path], tmp_path: Path, leaves_nothing: Leftovers
 ) -> None:

@@ -81,6 +81,7 @@ def test_clean_other_kinds_is_a_noop_with_a_message(
 
 
 @pytest.mark.slurm
+@pytest.mark.slow
 def test_status_refresh_then_clean_at_the_unicore_site(
     unicore_server: UnicoreServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -53,6 +53,7 @@ def site_jobs(kind: str, server: Any) -> int:
     return len(server.jobs)
 
 
+@pytest.mark.slow
 def test_a_crash_in_attempt_2_never_adopts_attempt_1(
     site: tuple[str, Any, Path], tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
 ) -> None:

@@ -104,6 +104,7 @@ def run(proj: Path, cfg: Path, workdir: Path, *extra: str) -> int:
     return main(["run", str(proj), "--backend-config", str(cfg), "--workdir", str(workdir), *extra])
 
 
+@pytest.mark.slow
 def test_rate_limit_and_bursts_are_retried(
     firecrest_server: FirecrestServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
 ) -> None:

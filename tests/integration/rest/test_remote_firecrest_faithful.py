@@ -289,6 +289,7 @@ def test_slow_sbatch_408_is_adopted_not_failed(
 
 
 @pytest.mark.slurm
+@pytest.mark.slow
 def test_run_outlives_an_ssh_outage_at_the_site(
     firecrest_server: FirecrestServer,
     tmp_path: Path,

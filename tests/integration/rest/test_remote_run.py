@@ -103,6 +103,7 @@ def test_requirement_picks_the_slurm_group(
     assert firecrest_server.jobs == {}
 
 
+@pytest.mark.slow
 def test_no_follow_returns_after_submission(
     firecrest_server: FirecrestServer,
     tmp_path: Path,

@@ -178,6 +178,7 @@ def run(proj: Path, cfg: Path, workdir: Path, *extra: str) -> int:
     return main(["run", str(proj), "--backend-config", str(cfg), "--workdir", str(workdir), *extra])
 
 
+@pytest.mark.slow
 def test_expired_sessions_and_503_bursts(
     unicore_server: UnicoreServer, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
 ) -> None:
@@ -242,6 +243,7 @@ def test_mantik_variables_for_a_standalone_config(
     assert run(make_project(tmp_path), backend(tmp_path, unicore_server), tmp_path / "runs") == 0
 
 
+@pytest.mark.slow
 def test_many_jobs_status_in_flight_is_bounded(
     unicore_server: UnicoreServer, tmp_path: Path
 ) -> None:

@@ -1,9 +1,10 @@
 """The Slurm executor against the real cluster: submission, tracking, states, cancel, arrays,
-fatal pending reasons, re-attach and reconciliation by name (docs/design/runtime.md §4-§8)."""
+fatal pending reasons, re-attach and reconciliation by name (docs/design/runtime.md §4-§8). The
+decisions that need no real scheduler (a fatal reason confirmed, submit limits, purged jobs,
+cancel while staging, queries per cycle) run on fakes in tests/slurm/test_slurm_fake_runtime.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -17,10 +18,8 @@ from typing import Any
 import pytest
 
 import launchers.slurm.executor as sx
-import launchers.slurm.files as slurm_files
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
 from launchers.config.model import SlurmGroup
-from launchers.jobs.record import StateRecord, job_directory, now_iso, write_record
 from launchers.runtime.core import current as current_runtime
 from paths import SRC, job_pythonpath
 
@@ -55,6 +54,7 @@ def sacct_names(name: str) -> list[str]:
     return out.split()
 
 
+@pytest.mark.slow
 def test_complete_fail_cancel(cluster: dict[str, str], tmp_path: Path) -> None:
     L = make_launcher()
     t0 = time.monotonic()
@@ -99,32 +99,7 @@ def test_rejection_fails_with_sbatch_message(cluster: dict[str, str], tmp_path: 
     assert "qos" in (job.reason or "").lower()
 
 
-def test_fatal_pending_reason_unrunnable(
-    cluster: dict[str, str], tmp_path: Path, slurm_tuning: Any
-) -> None:
-    slurm_tuning(fatal_confirm=3.0)
-    failed = subprocess.run(["sbatch", "--parsable", "-p", "debug", "-o", "/dev/null", "--wrap", "exit 1"],
-                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        st = subprocess.run(
-            ["squeue", "-h", "--states=all", "-j", failed, "-o", "%T"],
-            capture_output=True,
-            text=True,
-        ).stdout
-        if "FAILED" in st:
-            break
-        time.sleep(0.3)
-    L = make_launcher().config(sbatch_options={"dependency": f"afterok:{failed}"})
-    with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
-        job = command(["true"]).submit()
-    assert job.state is JobState.UNRUNNABLE
-    assert "DependencyNeverSatisfied" in (job.reason or "")
-    st = subprocess.run(["squeue", "-h", "--states=all", "-j", job.native_id or "", "-o", "%T"],
-                        capture_output=True, text=True).stdout  # fmt: skip
-    assert "CANCELLED" in st
-
-
+@pytest.mark.slow
 def test_dependency_failing_later_is_unrunnable(
     cluster: dict[str, str], tmp_path: Path, slurm_tuning: Any
 ) -> None:
@@ -138,102 +113,6 @@ def test_dependency_failing_later_is_unrunnable(
         job = command(["true"]).submit()
     assert job.state is JobState.UNRUNNABLE
     assert "DependencyNeverSatisfied" in (job.reason or "")
-
-
-def test_pending_jobs_one_query_per_cycle(cluster: dict[str, str], tmp_path: Path) -> None:
-    """Held (pending) jobs: sacct alone in every cycle while they have pended for less than
-    FATAL_CONFIRM / 2 (30 s); squeue's live reasons are read only for long-pending jobs."""
-    from launchers.runtime.loop import run_sync
-
-    L = make_launcher().config(sbatch_options={"hold": True})
-    with pytest.raises(ExperimentFailed), experiment(tmp_path, L) as xp:
-        jobs = [command(["true", str(i)]).submit() for i in range(5)]
-        deadline = time.monotonic() + 30
-        while any(j.state is not JobState.PENDING for j in jobs) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        ex = L.executor()
-        assert isinstance(ex, sx.SlurmExecutor)
-        before = dict(ex.commands)
-        for _ in range(3):
-            run_sync(ex.poll(jobs))
-        assert ex.commands.get("sacct", 0) - before.get("sacct", 0) >= 3  # the tracker may poll too
-        assert ex.commands.get("squeue", 0) == before.get("squeue", 0)
-        xp.cancel()
-
-
-def test_submit_limit_waits_then_submits(cluster: dict[str, str], tmp_path: Path) -> None:
-    """A QoS allowing 2 submitted jobs per user: the others wait (WAITING), then go in."""
-    qos = "lnch_submit2"
-    subprocess.run(
-        ["sacctmgr", "-i", "add", "qos", qos, "MaxSubmitJobsPerUser=2"], capture_output=True
-    )
-    subprocess.run(
-        ["sacctmgr", "-i", "modify", "user", "root", "set", f"qos+={qos}"], capture_output=True
-    )
-    L = make_launcher().config(qos=qos)
-    with experiment(tmp_path, L):
-        jobs = [command(["sh", "-c", f"sleep 1; echo {i}"]).submit() for i in range(4)]
-    assert [j.state for j in jobs] == [JobState.COMPLETED] * 4
-    held = [
-        j
-        for j in jobs
-        if any(h[1] == "WAITING" and h[2] == "submit limit" for h in j.record.history)
-    ]
-    assert held, "no job was held by the submit limit"
-    assert len({j.native_id for j in jobs}) == 4
-    # an array larger than the allowance is sized to it (read with sacctmgr/squeue: no sbatch
-    # is refused), the rest waits with the limit named, then goes in
-    ex = L.executor()
-    assert isinstance(ex, sx.SlurmExecutor)
-    sbatch_before = ex.commands.get("sbatch", 0)
-    with experiment(tmp_path / "arr", L):
-        elements = L.submit_array([command(["sh", "-c", f"sleep 1; echo e{i}"]) for i in range(5)])
-        reasons: set[str] = set()
-        while not all(j.state.is_final for j in elements):
-            reasons.update(j.reason or "" for j in elements if j.state is JobState.WAITING)
-            time.sleep(0.05)
-    assert [j.state for j in elements] == [JobState.COMPLETED] * 5
-    assert (
-        f"waiting: submit limit reached (MaxSubmitJobsPerUser=2 of QoS {qos}, 2 queued)" in reasons
-    )
-    assert len({j.native_id for j in elements}) == 5
-    masters = {(j.native_id or "").split("_")[0] for j in elements}
-    assert len(masters) == 3  # 2 + 2 + 1
-    assert ex.commands.get("sbatch", 0) - sbatch_before == 3
-
-
-def fabricate(workdir: Path, argv: list[str], native_id: str, *, rc: dict[str, Any] | None) -> Path:
-    """A job directory as a crashed client would leave it: PENDING with an id Slurm forgot."""
-    task = command(argv)
-    d = job_directory(workdir, task.name, task.digest)
-    d.mkdir(parents=True)
-    (d / "params.json").write_text(json.dumps(task.params_json()))
-    old = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() - 3600))
-    rec = StateRecord(task_id=task.task_id, state=JobState.PENDING, native_id=native_id, submitted_at=old,
-                      job_name=f"{task.name}-{task.digest[:12]}-a1", launcher={"kind": "slurm"})  # fmt: skip
-    write_record(d, rec)
-    if rc is not None:
-        (d / "job.rc").write_text(json.dumps({"attempt": 1, "native_id": native_id, "host": "h", "start": now_iso(),
-                                              "end": now_iso(), **rc}))  # fmt: skip
-    return d
-
-
-def test_purged_jobs_decided_by_job_rc(
-    cluster: dict[str, str], tmp_path: Path, slurm_tuning: Any
-) -> None:
-    slurm_tuning(lost_after=0.0)
-    fabricate(tmp_path, ["purged-ok"], "9999001", rc={"rc": 0, "signal": None})
-    fabricate(tmp_path, ["purged-bad"], "9999002", rc={"rc": 2, "signal": None})
-    fabricate(tmp_path, ["purged-gone"], "9999003", rc=None)
-    L = make_launcher()
-    with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
-        ok = command(["purged-ok"]).submit()
-        bad = command(["purged-bad"]).submit()
-        gone = command(["purged-gone"]).submit()
-    assert ok.state is JobState.COMPLETED and ok.native_id == "9999001"
-    assert (bad.state, bad.exit_code) == (JobState.FAILED, 2)
-    assert gone.state is JobState.LOST
-    assert gone.reason == "Slurm has no record of the job and it left no exit record"
 
 
 def test_array(cluster: dict[str, str], tmp_path: Path) -> None:
@@ -401,37 +280,6 @@ def test_over_ssh_one_remote_command_per_cycle(cluster: dict[str, str], tmp_path
     ex = L.executor()
     assert isinstance(ex, sx.SlurmExecutor)
     assert set(ex.commands) <= {"sbatch", "remote-cycle"}  # every poll cycle is one remote command
-
-
-def test_cancel_while_staging_submits_nothing(
-    cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A cancel that arrives while ``job.sh`` is still being written (slow over SSH) stops the
-    submission before sbatch: no Slurm job runs that nothing follows (docs/design/runtime.md §4, §7)."""
-    real = slurm_files.blocking
-
-    async def slow(fn: Any, *args: Any, **kw: Any) -> Any:
-        if args and str(args[0]).endswith("/job.sh"):
-            await asyncio.sleep(1.0)
-        return await real(fn, *args, **kw)
-
-    monkeypatch.setattr(slurm_files, "blocking", slow)
-    with pytest.raises(ExperimentFailed), experiment(tmp_path, make_launcher()):
-        job = command(["sleep", "60"], name="stagecancel").submit()
-        time.sleep(0.2)
-        job.cancel()
-    assert job.state is JobState.CANCELLED and job.native_id is None
-    time.sleep(1.0)
-    rec = json.loads((job.directory / "state.json").read_text())
-    assert rec["state"] == "CANCELLED" and "SUBMITTING" not in [h[1] for h in rec["history"]]
-    assert not [n for n in sacct_names(rec["job_name"] or "stagecancel-x")]
-    assert not [
-        line
-        for line in subprocess.run(
-            ["squeue", "--noheader", "--format=%j"], capture_output=True, text=True, check=True
-        ).stdout.split()
-        if line.startswith("stagecancel-")
-    ]
 
 
 def test_each_group_keeps_its_own_settings_on_a_shared_executor(

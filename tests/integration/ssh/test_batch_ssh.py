@@ -64,6 +64,7 @@ def ssh_launcher(tmp_path: Path, info: dict[str, str], remote: Path) -> SlurmLau
     )
 
 
+@pytest.mark.slow
 def test_batch_over_ssh(clean: dict[str, str], tmp_path: Path) -> None:
     remote = tmp_path / "remote"
     batch = ssh_launcher(tmp_path, clean, remote).batched(
@@ -119,6 +120,7 @@ def test_callable_refused_over_ssh(clean: dict[str, str], tmp_path: Path) -> Non
         answer().submit()
 
 
+@pytest.mark.slow
 def test_cancelled_pilot_tasks_requeued_over_ssh(clean: dict[str, str], tmp_path: Path) -> None:
     batch = ssh_launcher(tmp_path, clean, tmp_path / "remote").batched(
         slots=1, linger=2, walltime="10m", drain_margin="1m"
@@ -166,6 +168,7 @@ def test_home_relative_workdir_is_expanded(clean: dict[str, str], tmp_path: Path
         shutil.rmtree(remote, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_cancel_from_another_process_reaches_the_remote_queue(
     clean: dict[str, str], tmp_path: Path, leaves_nothing: Leftovers
 ) -> None:

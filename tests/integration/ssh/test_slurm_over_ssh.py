@@ -144,6 +144,7 @@ def test_job_tracked_across_an_sshd_outage(clean: dict[str, str], tmp_path: Path
         server.kill()
 
 
+@pytest.mark.slow
 def test_array_sized_to_the_submit_allowance_over_ssh(
     clean: dict[str, str], tmp_path: Path
 ) -> None:

@@ -199,6 +199,7 @@ def test_run_output_exit_codes_and_stdin(sandbox: dict[str, str]) -> None:
 
 
 @pytest.mark.ssh
+@pytest.mark.slow
 def test_nasty_arguments_env_and_cwd_survive(sandbox: dict[str, str], tmp_path: Path) -> None:
     loop = asyncio.new_event_loop()
     conn = SSHConnector(cfg(sandbox))

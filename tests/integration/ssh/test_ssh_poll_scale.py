@@ -238,6 +238,7 @@ def test_slurm_poll_switches_to_user_query_above_the_id_limit(clean: dict[str, s
     )
 
 
+@pytest.mark.slow
 def test_slurm_over_ssh_end_to_end_with_the_user_query(clean: dict[str, str], tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch, slurm_tuning: Any) -> None:  # fmt: skip
     """A real run over SSH with the id list always "too long": states still come from sacct."""
@@ -263,6 +264,7 @@ def test_slurm_over_ssh_end_to_end_with_the_user_query(clean: dict[str, str], tm
     assert all(c[2].returncode == 0 for c in cycles)
 
 
+@pytest.mark.slow
 def test_direct_remote_poll_of_1500_jobs_is_one_small_command(clean: dict[str, str], tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     info = clean
