@@ -205,8 +205,9 @@ class _Builder(MatchingBuilder):
                 gpu_option=sec.get("gpu_option", "gpus-per-node"),
                 sbatch_options=sec.get("sbatch_options", ()),
                 export=sec.get("export", "ALL"),
-                env=tuple(sec.get("env", {}).items()),
+                env=self.variables(sec),
                 python=sec.get("python"),
+                job_environment=self.job_environment(sec).without_variables(),
                 status_source=sec.get("status_source", "auto"),
                 fatal_pending=sec.get("fatal_pending", "cancel"),
                 fatal_reasons_add=self._fatal(sec, "add"),
@@ -302,9 +303,22 @@ class _Builder(MatchingBuilder):
             max_jobs=sec.get("max_jobs"),
             kill_grace=sec.get("kill_grace"),
             export=sec.get("export", "ALL"),
-            env=tuple(sec.get("env", {}).items()),
+            env=self.variables(sec),
             python=sec.get("python"),
+            job_environment=self.job_environment(sec).without_variables(),
         )
+
+    def variables(self, sec: Sec) -> tuple[tuple[str, str], ...]:
+        """``env:``, or its other spelling ``environment: variables:`` (both at once: a problem)."""
+        env = sec.get("environment")
+        inner = env.get("variables") if isinstance(env, Sec) else None
+        if inner is not None and "env" in sec:
+            self.r.problem(
+                env.at("variables"),
+                env.at("variables").key,
+                "env: and environment: variables: are the same setting; keep one",
+            )
+        return tuple((inner if inner is not None else sec.get("env", {})).items())
 
     def environment(self, sec: Sec, kind: str) -> dict[str, Any] | None:
         raw = sec.get("environment")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from launchers.config.environment import EMPTY, Environment
+from launchers.config.environment_read import from_section
 from launchers.config.keypath import join
 from launchers.config.model import (
     CPUConfig,
@@ -31,6 +33,11 @@ class MatchingBuilder:
     """The part of the builder that reads matching keys and site mappings."""
 
     r: Reader
+
+    def job_environment(self, sec: Sec) -> Environment:
+        """The ``environment:`` of a group, partition or node group (``EMPTY`` when absent)."""
+        env = sec.get("environment")
+        return from_section(env, self.r) if isinstance(env, Sec) else EMPTY
 
     # -- slurm-like matching keys ---------------------------------------------------------
     def configuration(self, sec: Any) -> ResourceConfig:
@@ -85,6 +92,7 @@ class MatchingBuilder:
                         count=n.get("count"),
                         configuration=nconf,
                         position=n.pos,
+                        job_environment=self.job_environment(n),
                     )
                 )
             pqos = p.get("qos", ())
@@ -109,6 +117,7 @@ class MatchingBuilder:
                     qos=pqos,
                     accounts=p.get("accounts", ()),
                     position=p.pos,
+                    job_environment=self.job_environment(p),
                 )
             )
         use_mem = sec.get("use_memory_constraint", True)

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from ..config.environment import EMPTY, requested_gpus
 from ..errors import ConfigurationError, LaunchersError
 from ..fsutil import atomic_write_text
 from ..jobs.proc import ProcessId
@@ -146,6 +147,8 @@ class DirectExecutor(Executor):
             job_dir=where,
             default_python=self.processes.default_python,
             cleanup=cleanup,
+            environment=getattr(job.launcher, "environment", EMPTY),
+            gpus=requested_gpus(job.launcher),
         )
         return render_script(spec)
 

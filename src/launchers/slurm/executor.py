@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from ..config.environment import callable_python, for_job, requested_gpus
 from ..connectors.base import Connector
 from ..connectors.registry import get_connector
 from ..errors import LaunchersError, ScriptError
@@ -213,7 +214,10 @@ class SlurmExecutor(Executor):
             )
         directory = self.files.job_dir(job)
         settings = self.settings(launcher)
-        python = settings.python or (sys.executable if self.is_local else "python3")
+        block, env = for_job(settings.env, task.env, settings.environment, task.environment)
+        python = callable_python(
+            block, settings.python, sys.executable if self.is_local else "python3"
+        )
         if task.kind == "command":
             argv = tuple(task.target)
             check = None
@@ -228,7 +232,7 @@ class SlurmExecutor(Executor):
             attempt=job.attempt,
             cwd=task.cwd,
             export=settings.export,
-            env=settings.job_env(task.env),
+            env=env,
             directives=settings.directives,
             sbatch_options=settings.sbatch_options,
             resumable=bool(task.resumable),
@@ -236,6 +240,8 @@ class SlurmExecutor(Executor):
             resume_signal=settings.resume_signal,
             resume_grace=settings.resume_grace,
             python=check,
+            environment=block,
+            gpus=requested_gpus(launcher),
         )
         return self._script(job, launcher, spec)
 

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from ..config.environment import EMPTY, Environment, merge_all
 from ..config.model import SlurmGroup
 from ..launcher import Launcher
 from .launcher import SlurmLikeLauncher
@@ -138,6 +139,8 @@ class SlurmSettings:
     fatal_reasons_remove: tuple[str, ...] = ()
     #: the group's ``lost_after`` in seconds, or None (0 counts as not set: the tuning's)
     lost_after: float | None = None
+    #: the ``environment:`` of the group, partition, node group and launcher, merged
+    environment: Environment = EMPTY
 
     @classmethod
     def resolve(cls, launcher: Launcher, group: SlurmGroup | None = None) -> SlurmSettings:
@@ -162,11 +165,30 @@ class SlurmSettings:
             fatal_reasons_add=tuple(own.fatal_reasons_add or ()),
             fatal_reasons_remove=tuple(own.fatal_reasons_remove or ()),
             lost_after=float(own.lost_after) if own.lost_after else None,
+            environment=launcher_environment(launcher),
         )
 
     def job_env(self, task_env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         """The environment a job's script sets: these settings' ``env`` then the task's."""
         return tuple({**dict(self.env), **dict(task_env)}.items())
+
+
+def launcher_environment(launcher: SlurmLikeLauncher) -> Environment:
+    """The ``environment:`` of the group, of the chosen partition, of its node group when the
+    job can land on no other (the partition has one, or all of them set the same), and of the
+    launcher, merged in that order (docs/configuration.md, Environment)."""
+    group = launcher.group
+    levels = [group.job_environment]
+    name = launcher.options.partition
+    for partition in group.partitions:
+        if partition.name == name:
+            levels.append(partition.job_environment)
+            node_envs = {n.job_environment for n in partition.nodes}
+            if len(node_envs) == 1:
+                levels.append(node_envs.pop())
+            break
+    levels.append(launcher.environment)
+    return merge_all(*levels)
 
 
 __all__ = [
@@ -176,5 +198,6 @@ __all__ = [
     "SlurmSettings",
     "SlurmTuning",
     "cluster_of",
+    "launcher_environment",
     "pick",
 ]
