@@ -33,6 +33,12 @@ def from_section(sec: Sec, reader: Reader) -> Environment:
             sec.at("conda").key,
             "venv and conda cannot both be set: a job activates one Python environment",
         )
+    for key in ("venv", "conda"):
+        if values.get(key) == "":
+            reader.problem(sec.at(key), sec.at(key).key, "an empty value; remove the key")
+    container = values.get("container")
+    if isinstance(container, Sec) and container.values.get("image") == "":
+        reader.problem(container.at("image"), container.at("image").key, "an empty image name")
     for key in ("setup", "teardown", "modules"):
         for i, line in enumerate(values.get(key, ())):
             if not str(line).strip():

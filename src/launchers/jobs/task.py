@@ -255,13 +255,13 @@ class TaskFunction:
         resumable: bool,
         environment: Mapping[str, Any] | Environment | None = None,
     ) -> None:
+        self.environment = coerce(environment, where="@task(environment=...)", error=TaskError)
         if not callable(func) or not inspect.isfunction(inspect.unwrap(func)):
             raise TaskError(f"@task: {func!r} is not a function")
         self.module, self.qualname = _refuse_unimportable(func)
         self.func = func
         self.name = name
         self.resumable = resumable
-        self.environment = coerce(environment, where="@task(environment=...)", error=TaskError)
         self.signature = inspect.signature(func)
         functools.update_wrapper(self, func)
 
