@@ -42,6 +42,8 @@ lint-imports --no-cache >/tmp/launchers-lint-imports.log 2>&1 || { cat /tmp/laun
 mypy_pid=$!
 # the monitor's page tests drive a headless Chromium (Debian's chromium and chromium-driver)
 bash tests/browser/install.sh
+# the environment tests load real environment modules (Debian's lmod)
+bash tests/cluster/lmod.sh
 bash tests/cluster/start.sh >/tmp/launchers-cluster.env
 # stop on exit only what this run started (a reused, already running cluster is left alone)
 grep -q '^# start.sh: reused' /tmp/launchers-cluster.env || started=1
