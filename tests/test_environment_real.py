@@ -310,3 +310,34 @@ def test_slurm_over_ssh_loads_modules(
     assert missing.state is JobState.FAILED
     assert "environment step modules[0]" in (missing.record.reason or "")
     assert "The following module(s) are unknown" in missing.stderr_path.read_text()
+
+
+def test_batch_environment_is_part_of_the_shape_and_applied_per_task(
+    world: dict[str, Path], job_env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tasks with different environments never share a pilot (batch/shape.py); each runs in
+    its own inside the pilot, whose runner itself runs bare (no container around it)."""
+    from launchers.batch.executor import BatchExecutor
+
+    monkeypatch.setenv("PATH", f"{world['standins']}{os.pathsep}{os.environ['PATH']}")
+    group = LocalGroup(max_jobs=4, env=(("MODULEPATH", str(world["modules"])),))
+    inner = DirectLauncher(group=group).config(environment={"modules": ["marker/1.0"]})
+    batch = inner.batched(slots=2, linger=1)
+    ex = batch.executor()
+    assert isinstance(ex, BatchExecutor)
+    before = ex.pilots_submitted
+    echo = ["sh", "-c", 'echo "$MARKER_MODULE $CONDA_DEFAULT_ENV"']
+    with experiment(tmp_path / "xp", batch, progress=False):
+        same = [command([*echo, str(i)], name=f"m{i}").submit() for i in range(2)]
+        conda = command(echo, name="conda", environment={"conda": "ml"}).submit()
+        boxed = command(
+            ["sh", "-c", "echo boxed"],
+            name="boxed",
+            environment={"container": {"image": "b.sif", "runtime": "docker"}},
+        ).submit()
+    assert ex.pilots_submitted - before == 3  # modules; modules + conda; modules + container
+    for job in same:
+        assert job.stdout_path.read_text().splitlines()[-1] == "loaded-1.0 "
+    assert conda.stdout_path.read_text().splitlines()[-1] == "loaded-1.0 ml"
+    assert boxed.stdout_path.read_text().splitlines()[-1] == "boxed"
+    assert len({j.record.extra["batch"]["queue"] for j in [*same, conda, boxed]}) == 3

@@ -148,6 +148,7 @@ class DirectExecutor(Executor):
             default_python=self.processes.default_python,
             cleanup=cleanup,
             environment=getattr(job.launcher, "environment", EMPTY),
+            use_environment=getattr(job.launcher, "use_environment", True),
             gpus=requested_gpus(job.launcher),
         )
         return render_script(spec)

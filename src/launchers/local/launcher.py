@@ -26,6 +26,8 @@ class DirectLauncher(Launcher):
     requirement: HostRequirement = attrs.field(factory=HostRequirement)
     #: ``config(environment=...)``: over the group's (merged key by key)
     environment: Environment = EMPTY
+    #: False for a batch pilot: its job script applies no ``environment:`` (batch/shape.py)
+    use_environment: bool = True
     #: why the finder chose this, formatted when read (see ``explanation``)
     why: Iterable[str] = attrs.field(default=(), eq=False, repr=False)
 

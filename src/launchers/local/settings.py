@@ -117,14 +117,14 @@ def script_spec(
     cleanup: tuple[str, ...] = (),
     environment: Environment = EMPTY,
     gpus: int = 0,
+    use_environment: bool = True,
 ) -> ScriptSpec:
     """What ``job.sh`` of attempt ``attempt`` contains (``slurm.script.render_script`` writes
     it): the task's command, or ``PYTHON -m launchers.run JOB_DIR`` for a callable; the group's
     ``env:`` then the task's; ``cleanup`` files (token holders) removed when the job ends;
     ``environment`` the launcher's block, between the group's and the task's."""
-    block, env = for_job(
-        settings.env, task.env, settings.group.job_environment, environment, task.environment
-    )
+    levels = (settings.group.job_environment, environment) if use_environment else ()
+    block, env = for_job(settings.env, task.env, *levels, task.environment)
     python = callable_python(block, settings.python, default_python)
     if task.kind == KIND_COMMAND:
         argv = tuple(task.target)

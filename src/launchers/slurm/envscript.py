@@ -207,10 +207,35 @@ def render_environment(
     return EnvironmentLines(tuple(setup), tuple(wrap), tuple(teardown))
 
 
+def render_wrapper(
+    env: Environment, *, job_dir: str, cwd: str, gpus: int = 0, callable_task: bool = False
+) -> str:
+    """A ``bash -c`` script running its arguments (``"$@"``) in ``env``: what a batch pilot
+    runs for each task (docs/design/batching.md), since the pilot's runner itself runs outside
+    the task's environment. Its exit code is the command's; a failing step exits with its own."""
+    lines = render_environment(
+        env, job_dir=job_dir, cwd=cwd, gpus=gpus, callable_task=callable_task, slurm=True
+    )
+    command = " ".join([*lines.wrap, '"$@"'])
+    return "\n".join(
+        [
+            "_l_host=$(uname -n 2>/dev/null)",
+            "_l_rc=0",
+            ENV_FUNCTIONS.rstrip("\n"),
+            *lines.setup,
+            f"{command} < /dev/null",
+            "_l_rc=$?",
+            *lines.teardown,
+            'exit "$_l_rc"',
+        ]
+    )
+
+
 __all__ = [
     "ENV_FUNCTIONS",
     "PYTHON_IN_IMAGE",
     "EnvironmentLines",
     "container_words",
     "render_environment",
+    "render_wrapper",
 ]

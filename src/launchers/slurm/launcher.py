@@ -78,6 +78,9 @@ class SlurmLikeLauncher(Launcher):
     resume_grace: int | None = None
     #: ``config(environment=...)``: over the group's, partition's and node group's (merged)
     environment: Environment = EMPTY
+    #: False for a batch pilot: its job script applies no ``environment:`` (each task gets its
+    #: own inside the pilot, batch/shape.py)
+    use_environment: bool = True
     #: the hosts of the merged candidates (what a job may land on), for batching's slots=auto
     hosts: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
     #: why the finder chose this, formatted when read (see ``explanation``)

@@ -176,7 +176,9 @@ class SlurmSettings:
 def launcher_environment(launcher: SlurmLikeLauncher) -> Environment:
     """The ``environment:`` of the group, of the chosen partition, of its node group when the
     job can land on no other (the partition has one, or all of them set the same), and of the
-    launcher, merged in that order (docs/configuration.md, Environment)."""
+    launcher, merged in that order (docs/configuration.md, Environment); none for a batch pilot."""
+    if not launcher.use_environment:
+        return EMPTY
     group = launcher.group
     levels = [group.job_environment]
     name = launcher.options.partition
