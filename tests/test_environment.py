@@ -3,6 +3,8 @@ merging levels, and the exact lines and command words the one renderer writes. P
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
 import pytest
 
@@ -235,3 +237,35 @@ def test_callables_use_the_activated_python() -> None:
     assert callable_python(EMPTY, None, "/usr/bin/python3.11") == "/usr/bin/python3.11"
     assert callable_python(Environment(venv="/v"), None, "/usr/bin/python3.11") == "python3"
     assert callable_python(Environment(container=Container("i")), "/opt/py", "x") == "/opt/py"
+
+
+# -- what the user sees before anything runs ---------------------------------------------------
+
+
+def test_submit_dry_run_and_find_explain_show_the_script(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from launchers.cli.main import main
+
+    conf = tmp_path / "launchers.yaml"
+    conf.write_text(
+        "slurm:\n  - id: c\n    environment:\n      modules: [gcc/12]\n"
+        "      container: {image: /img/py.sif, runtime: apptainer}\n"
+        "    partitions:\n      debug: {}\n"
+    )
+    code = main(
+        [
+            "submit", "--config", str(conf), "--workdir", str(tmp_path / "xp"), "--dry-run",
+            "--environment", "{setup: ['echo \"$HOME\"']}", "--", "python3", "train.py",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("#!/bin/bash\n#SBATCH --job-name=python3-")
+    assert "module load 'gcc/12' || _l_fail 'modules[0]' $?" in out
+    assert "eval 'echo \"$HOME\"' || _l_fail 'setup[0]' $?" in out
+    assert "apptainer exec '/img/py.sif' 'python3' 'train.py' < /dev/null &" in out
+    assert not (tmp_path / "xp").exists()  # nothing submitted, nothing written
+    assert main(["find", "--config", str(conf), "--explain", "cpu()"]) == 0
+    out = capsys.readouterr().out
+    assert "environment (docs/configuration.md, Environment): the job script runs" in out
+    assert "  apptainer exec '/img/py.sif' COMMAND..." in out

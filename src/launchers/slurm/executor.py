@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from ..config.environment import callable_python, for_job, requested_gpus
+from ..config.environment import requested_gpus
 from ..connectors.base import Connector
 from ..connectors.registry import get_connector
 from ..errors import LaunchersError, ScriptError
@@ -39,8 +39,8 @@ from .files import JobFiles
 from .limits import Allowance
 from .parse import UNREADABLE, Row
 from .reconcile import Reconciler
-from .script import ScriptSpec, check_env, check_launcher_values, job_name
-from .settings import STATUS_SOURCES, Placement, SlurmSettings, SlurmTuning
+from .script import ScriptSpec, check_env, check_launcher_values
+from .settings import STATUS_SOURCES, Placement, SlurmSettings, SlurmTuning, job_script_spec
 from .states import UnknownStateWarner
 from .submit import KILL_AFTER_SBATCH_ENV, Submitter
 from .track import Tracking
@@ -213,34 +213,12 @@ class SlurmExecutor(Executor):
                 f"job {job.task_id}: the task is unknown (re-submit it from its experiment)"
             )
         directory = self.files.job_dir(job)
-        settings = self.settings(launcher)
-        block, env = for_job(settings.env, task.env, settings.environment, task.environment)
-        python = callable_python(
-            block, settings.python, sys.executable if self.is_local else "python3"
-        )
-        if task.kind == "command":
-            argv = tuple(task.target)
-            check = None
-        else:
-            argv = (python, "-m", "launchers.run", directory)
-            check = python
-        spec = ScriptSpec(
+        spec = job_script_spec(
+            task,
+            self.settings(launcher),
             job_dir=directory,
-            task_id=task.task_id,
-            job_name=job_name(task.name, task.digest, job.attempt),
-            argv=argv,
             attempt=job.attempt,
-            cwd=task.cwd,
-            export=settings.export,
-            env=env,
-            directives=settings.directives,
-            sbatch_options=settings.sbatch_options,
-            resumable=bool(task.resumable),
-            max_requeues=settings.max_requeues,
-            resume_signal=settings.resume_signal,
-            resume_grace=settings.resume_grace,
-            python=check,
-            environment=block,
+            default_python=sys.executable if self.is_local else "python3",
             gpus=requested_gpus(launcher),
         )
         return self._script(job, launcher, spec)
