@@ -269,3 +269,32 @@ def test_submit_dry_run_and_find_explain_show_the_script(
     out = capsys.readouterr().out
     assert "environment (docs/configuration.md, Environment): the job script runs" in out
     assert "  apptainer exec '/img/py.sif' COMMAND..." in out
+
+
+def test_the_compute_backend_config_environment_maps_onto_the_block() -> None:
+    """docs/remote-sites.md, "The same model": each Mantik key has its place in the block."""
+    from launchers.remote.environment import as_block, validate_environment
+
+    mantik = validate_environment(
+        {
+            "Modules": ["Stages/2024", "GCC"],
+            "Apptainer": {"Path": "/images/x.sif", "Type": "remote", "Options": "-B /data:/data"},
+            "Variables": {"A": 1},
+            "PreRunCommandOnComputeNode": ["echo pre"],
+            "PostRunCommandOnComputeNode": "echo post",
+            "PreRunCommandOnLoginNode": "echo login",
+        },
+        None,
+        site_kind="unicore",
+    )
+    block, pre_login, post_login = as_block(mantik)
+    assert block == Environment(
+        modules=("Stages/2024", "GCC"),
+        container=Container("/images/x.sif", "apptainer", ("-B", "/data:/data")),
+        setup=("echo pre",),
+        teardown=("echo post",),
+        variables=(("A", "1"),),
+    )
+    assert [s.text for s in pre_login] == ["echo login"] and post_login == ()
+    venv_block, _, _ = as_block(validate_environment({"Python": "/venvs/x"}, None))
+    assert venv_block == Environment(venv="/venvs/x")

@@ -16,6 +16,8 @@ from typing import Any
 
 import attrs
 
+from ..config.environment import Container
+from ..config.environment import Environment as JobEnvironment
 from ..config.model import Position
 from ..config.problems import (
     Problems,
@@ -401,6 +403,31 @@ def validate_environment(
     if own:
         probs.raise_if_any()
     return Environment(**env)
+
+
+def as_block(env: Environment) -> tuple[JobEnvironment, tuple[Snippet, ...], tuple[Snippet, ...]]:
+    """The Compute Backend Config ``Environment`` in the terms of ``launchers.yaml``'s
+    ``environment:`` block (docs/remote-sites.md, "The same model"), and the login-node commands,
+    which have no compute-node equivalent: ``Modules`` -> ``modules``, ``Python`` -> ``venv``,
+    ``Apptainer`` -> ``container`` (runtime apptainer), ``Variables`` -> ``variables``,
+    ``PreRunCommandOnComputeNode`` -> ``setup``, ``PostRunCommandOnComputeNode`` ->
+    ``teardown``. Pure; the scripts of UNICORE, firecREST and SSH sites are still written by
+    ``remote.script`` so that Mantik's behaviour (double-quoted Variables, ``srun apptainer
+    run``, post-run commands only after a success) stays as it is."""
+    container = None
+    if env.apptainer is not None:
+        container = Container(
+            image=env.apptainer.image_name, runtime="apptainer", options=env.apptainer.options
+        )
+    block = JobEnvironment(
+        modules=env.modules or None,
+        venv=env.python,
+        container=container,
+        setup=tuple(s.text for s in env.pre_compute) or None,
+        teardown=tuple(s.text for s in env.post_compute) or None,
+        variables=env.variables or None,
+    )
+    return block, env.pre_login, env.post_login
 
 
 def check_login_commands(env: Environment, site_kind: str, file: str | None) -> None:
