@@ -298,3 +298,66 @@ def test_the_compute_backend_config_environment_maps_onto_the_block() -> None:
     assert [s.text for s in pre_login] == ["echo login"] and post_login == ()
     venv_block, _, _ = as_block(validate_environment({"Python": "/venvs/x"}, None))
     assert venv_block == Environment(venv="/venvs/x")
+
+
+def test_a_site_group_takes_the_block_as_its_environment() -> None:
+    """unicore/firecrest groups: launchers.yaml's form is written as the site's Environment
+    (docs/configuration.md, Environment); what a site's script cannot do is refused at load."""
+    from launchers.remote.environment import validate_environment
+    from launchers.remote.script import JobScriptSpec, render_job_script
+
+    base = (
+        "firecrest:\n  - id: f\n    site: {api_url: https://a, token_url: https://t, machine: m}\n"
+    )
+    cfg = load_config_text(
+        base + "    environment:\n      modules: [gcc/12]\n      venv: /v\n"
+        "      variables: {A: x}\n      setup: [echo pre]\n      teardown: [echo post]\n",
+        "f.yaml",
+    )
+    mapping = cfg.groups[0].environment  # type: ignore[union-attr]
+    assert mapping == {
+        "Modules": ["gcc/12"],
+        "Python": "/v",
+        "Variables": {"A": "x"},
+        "PreRunCommandOnComputeNode": ["echo pre"],
+        "PostRunCommandOnComputeNode": ["echo post"],
+    }
+    env = validate_environment(mapping, None, site_kind="firecrest")
+    script = render_job_script(
+        JobScriptSpec(environment=env, command="python3 x.py", transport="firecrest", run_dir="/r")
+    )
+    assert "module load gcc/12 || launchers_failed 'Modules[0]' $?" in script
+    for extra, message in [
+        ("    environment: {modules: [a], Python: /v}\n", "in one form"),
+        ("    environment: {purge: true}\n", "purge is not available on a firecrest site"),
+        (
+            "    environment: {container: {image: /i, runtime: docker}}\n",
+            "apptainer only, not docker",
+        ),
+        (
+            "    partitions:\n      p:\n        environment: {modules: [a]}\n",
+            "f.yaml:6:9: firecrest[0].partitions.p: environment: on a partition or node group is "
+            "not applied on a firecrest site",
+        ),
+    ]:
+        assert message in _load_error(base + extra)
+
+
+def test_the_schema_covers_the_block() -> None:
+    import jsonschema
+
+    from launchers.config.schema import json_schema
+
+    schema = json_schema()
+    env = schema["$defs"]["environment"]
+    assert set(env["properties"]) >= {"modules", "purge", "venv", "conda", "container", "setup"}
+    assert schema["$defs"]["container"]["required"] == ["image"]
+    good = {"slurm": [{"id": "a", "environment": {"modules": ["x"], "container": {"image": "i"}}}]}
+    jsonschema.validate(good, schema)
+    for bad in (
+        {"slurm": [{"id": "a", "environment": {"modulez": ["x"]}}]},
+        {"local": [{"environment": {"container": {"runtime": "docker"}}}]},
+        {"local": [{"environment": {"container": {"image": "i", "runtime": "lxc"}}}]},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from launchers.config.environment_read import read_into
 from launchers.config.keypath import join
+from launchers.config.keys import SECTIONS
 from launchers.config.located import LDict, load_located, plain
 from launchers.config.matching import MatchingBuilder
 from launchers.config.model import (
@@ -27,7 +29,7 @@ from launchers.config.model import (
 )
 from launchers.config.problems import Loc, describe, did_you_mean
 from launchers.config.reader import Reader, Sec
-from launchers.remote.environment import validate_environment
+from launchers.remote.environment import site_mapping, validate_environment
 
 _GROUP_KINDS = ("local", "slurm", "unicore", "firecrest")
 
@@ -219,6 +221,15 @@ class _Builder(MatchingBuilder):
                 poll_max=sec.get("poll_max"),
             )
         environment = self.environment(sec, kind)
+        for part in matching["partitions"]:
+            levels = [part, *part.nodes]
+            if any(not level.job_environment.is_empty for level in levels):
+                self.r.problem(
+                    part.position,
+                    part.position.key,
+                    f"environment: on a partition or node group is not applied on a {kind} site; "
+                    "set it on the group (or in the Compute Backend Config)",
+                )
         site = sec.get("site")
         if kind == "unicore":
             return UnicoreGroup(
@@ -333,6 +344,24 @@ class _Builder(MatchingBuilder):
                 f"expected a mapping (the Environment of a Compute Backend Config), found {describe(raw)}",
             )
             return None
+        ours = [k for k in raw if k in SECTIONS["environment"] or k == "env"]
+        if ours:  # launchers.yaml's own form: written as the site's Environment
+            theirs = [k for k in raw if k not in ours]
+            if theirs:
+                self.r.problem(
+                    pos,
+                    path,
+                    f"write the environment in one form: launchers.yaml's ({', '.join(map(str, ours))}) "
+                    f"or the Compute Backend Config's ({', '.join(map(str, theirs))}), not both",
+                )
+                return None
+            loc = Loc(sec.locs["environment"].src, path, key="environment")
+            block = read_into(raw, self.r, path, loc)
+            mapping = site_mapping(block, kind)
+            if isinstance(mapping, str):
+                self.r.problem(pos, path, mapping)
+                return None
+            return mapping
         try:
             validate_environment(
                 raw, pos.file or self.r.file, path, site_kind=kind, problems=self.r.problems

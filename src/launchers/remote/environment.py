@@ -430,6 +430,44 @@ def as_block(env: Environment) -> tuple[JobEnvironment, tuple[Snippet, ...], tup
     return block, env.pre_login, env.post_login
 
 
+def site_mapping(block: JobEnvironment, kind: str) -> dict[str, Any] | str:
+    """A ``launchers.yaml``-style ``environment:`` block of a unicore/firecrest group as the
+    site's ``Environment`` mapping (the inverse of ``as_block``), or why it cannot be one: a
+    site's job script has no ``purge``, no ``conda`` and runs containers with Apptainer only."""
+    if block.purge:
+        return f"purge is not available on a {kind} site (its job script loads modules only)"
+    if block.conda:
+        return f"conda is not available on a {kind} site; use venv (the site's Python)"
+    out: dict[str, Any] = {}
+    if block.modules:
+        out["Modules"] = list(block.modules)
+    if block.venv:
+        out["Python"] = block.venv
+    if block.container is not None:
+        box = block.container
+        if box.runtime != "apptainer":
+            return f"a {kind} site runs containers with apptainer only, not {box.runtime}"
+        options = list(box.options)
+        for b in box.bind:
+            options += ["-B", b]
+        for name, value in box.env:
+            options += ["--env", f"{name}={value}"]
+        if not box.image.startswith("/"):
+            return f"container.image must be an absolute path on the {kind} site, not {box.image!r}"
+        out["Apptainer"] = {
+            "Path": box.image,
+            "Type": "remote",
+            "Options": [shlex.join(options)] if options else [],
+        }
+    if block.variables:
+        out["Variables"] = dict(block.variables)
+    if block.setup:
+        out["PreRunCommandOnComputeNode"] = list(block.setup)
+    if block.teardown:
+        out["PostRunCommandOnComputeNode"] = list(block.teardown)
+    return out
+
+
 def check_login_commands(env: Environment, site_kind: str, file: str | None) -> None:
     """Refuse login-node commands for a firecREST site (known only once the site is)."""
     if site_kind == "firecrest" and (env.pre_login or env.post_login):
