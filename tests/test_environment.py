@@ -361,3 +361,16 @@ def test_the_schema_covers_the_block() -> None:
     ):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
+
+
+def test_what_a_launcher_kind_cannot_run_is_refused_at_submit(tmp_path: Path) -> None:
+    from launchers.jobs.experiment import experiment
+
+    launcher = DirectLauncher().config(
+        environment={"container": {"image": "x", "runtime": "pyxis"}}
+    )
+    with (
+        pytest.raises(ScriptError, match="pyxis runs through srun"),
+        experiment(tmp_path / "xp", launcher, progress=False),
+    ):
+        command(["true"]).submit()

@@ -151,6 +151,12 @@ def container_words(
     raise ScriptError(f"container.runtime {box.runtime!r} is not a known runtime")
 
 
+def check_environment(env: Environment, *, slurm: bool) -> None:
+    """Refuse at submission what no script of this launcher kind can run (``ScriptError``):
+    pyxis outside Slurm, a pyxis mount holding a comma, a NUL in any value."""
+    render_environment(env, job_dir="/", cwd="/", slurm=slurm)
+
+
 def render_environment(
     env: Environment,
     *,
@@ -235,6 +241,7 @@ __all__ = [
     "ENV_FUNCTIONS",
     "PYTHON_IN_IMAGE",
     "EnvironmentLines",
+    "check_environment",
     "container_words",
     "render_environment",
     "render_wrapper",
