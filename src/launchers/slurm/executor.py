@@ -35,6 +35,7 @@ from .arrays import Arrays, launcher_key
 from .cluster import SlurmCluster
 from .commands import CLEAN_ENV
 from .decide import limit_detail
+from .envscript import check_environment
 from .files import JobFiles
 from .limits import Allowance
 from .parse import UNREADABLE, Row
@@ -204,6 +205,10 @@ class SlurmExecutor(Executor):
             if len(self._checked) < 1024:
                 self._checked.add(key)
         check_env(task.env)
+        if not task.environment.is_empty:
+            check_environment(
+                self.settings(launcher).environment.merged(task.environment), slurm=True
+            )
 
     def script_spec(self, job: JobHandle, launcher: Any) -> ScriptSpec:
         """The script inputs of ``job``'s current attempt."""
