@@ -53,6 +53,8 @@ if [[ $# -eq 0 ]]; then
 fi
 # the monitor's page tests drive a headless Chromium (Debian's chromium and chromium-driver)
 bash tests/browser/install.sh
+# the environment tests load real environment modules (Debian's lmod)
+bash tests/cluster/lmod.sh
 bash tests/cluster/start.sh >/tmp/launchers-cluster.env
 # stop on exit only what this run started (a reused, already running cluster is left alone)
 grep -q '^# start.sh: reused' /tmp/launchers-cluster.env || started=1

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
+from ..config.environment import EMPTY, callable_python, requested_gpus
 from ..config.loader import load_config
 from ..connectors.registry import get_connector
 from ..errors import LaunchersError
@@ -56,12 +57,14 @@ from .shape import (
     Resources,
     auto_slots,
     check_fits,
+    entry_argv,
     inner_limit,
     node_capacities,
     pilot_name,
     pilot_tag,
     pilot_walltime,
     shape_of,
+    task_environment,
     task_resources,
 )
 from .shape import (
@@ -95,8 +98,9 @@ class BatchExecutor(Executor):
 
     # -- shapes ---------------------------------------------------------------------------------
 
-    def _shape(self, batch: BatchLauncher, workdir: Path) -> Shape:
-        key = shape_of(batch.inner)
+    def _shape(self, batch: BatchLauncher, workdir: Path, task: Task | None = None) -> Shape:
+        environment = task_environment(batch.inner, task.environment) if task else EMPTY
+        key = shape_of(batch.inner, environment.without_variables())
         queue = (workdir / "batch" / key).absolute()
         shape = self.shapes.get(str(queue))
         if shape is None:
@@ -165,7 +169,22 @@ class BatchExecutor(Executor):
         env: dict[str, str] = {}
         env.update(dict(getattr(group, "env", ()) or ()))
         env.update(dict(getattr(inner, "env", ()) or ()))
+        block = task_environment(inner, task.environment)
+        env.update(dict(block.variables or ()))
         env.update(dict(task.env))
+        if not block.is_empty:  # the task's environment, applied inside the pilot
+            if task.kind != KIND_COMMAND and not (
+                getattr(inner, "python", None) or getattr(group, "python", None)
+            ):
+                argv[0] = callable_python(block, None, python)
+            argv = entry_argv(
+                block,
+                argv,
+                job_dir=str(job.directory),
+                cwd=task.cwd or str(job.directory),
+                gpus=requested_gpus(inner),
+                callable_task=task.kind != KIND_COMMAND,
+            )
         return {
             "id": job.task_id,
             "name": task.name,
@@ -186,7 +205,7 @@ class BatchExecutor(Executor):
         if not isinstance(batch, BatchLauncher):
             raise LaunchersError(f"job {job.task_id}: not submitted through a BatchLauncher")
         workdir = job.directory.parent.parent.parent
-        shape = self._shape(batch, workdir)
+        shape = self._shape(batch, workdir, job.task)
         res = task_resources(batch.inner)
         check_fits(batch, job.task_id, shape.longest)
         entry = self._entry(job, batch, res)
@@ -235,7 +254,7 @@ class BatchExecutor(Executor):
         batch = job.launcher
         if not isinstance(batch, BatchLauncher):
             raise LaunchersError(f"job {job.task_id}: not submitted through a BatchLauncher")
-        shape = self._shape(batch, job.directory.parent.parent.parent)
+        shape = self._shape(batch, job.directory.parent.parent.parent, job.task)
         snap = await self._scan(shape)
         tid = job.task_id
         if tid not in snap.pending and tid not in snap.running and tid not in snap.done:

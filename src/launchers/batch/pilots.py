@@ -34,6 +34,7 @@ from .shape import (
     REST_KINDS,
     _pilot_slurm_launcher,
     auto_slots,
+    bare_launcher,
     pilot_name,
     pilot_tag,
     pilot_walltime,
@@ -188,7 +189,7 @@ def submit_pilot(shape: Shape) -> None:
     if inner.kind in ("slurm", *REST_KINDS):
         launcher = _pilot_slurm_launcher(inner, batch, res, slots, walltime)
     else:
-        launcher = inner
+        launcher = bare_launcher(inner)
     directory = root / str(n)
     pilot = services().attach(task, directory, launcher)
     shape.pilots.append(pilot)

@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..config.environment import EMPTY, Environment, merge_all
 from ..errors import LaunchersError
-from ..slurm.launcher import SlurmLauncher
+from ..slurm.envscript import render_wrapper
+from ..slurm.launcher import SlurmLauncher, SlurmLikeLauncher
+from ..slurm.settings import launcher_environment
 from ..units import format_duration, parse_size, parse_slurm_time
 from .launcher import BatchLauncher
 
@@ -72,9 +75,11 @@ def task_resources(inner: Launcher) -> Resources:
 _GRES_GPUS = re.compile(r"gpu(?::([^:,]+))?:(\d+)")
 
 
-def shape_of(inner: Launcher) -> str:
+def shape_of(inner: Launcher, environment: Environment = EMPTY) -> str:
     """12 hex digits naming the shape: the inner launcher's target and options without the
-    time limit (tasks of several durations share a pilot), environment included."""
+    time limit (tasks of several durations share a pilot), environment included: its
+    variables and, when set, the task's whole ``environment:`` block (``task_environment``),
+    so tasks with different environments never share a pilot."""
     args = [a for a in getattr(inner, "sbatch_args", list)() if not a.startswith("--time=")]
     group = getattr(inner, "group", None)
     data = {
@@ -86,8 +91,48 @@ def shape_of(inner: Launcher) -> str:
         "env": [list(p) for p in (getattr(inner, "env", ()) or ())],
         "python": getattr(inner, "python", None),
     }
+    if not environment.is_empty:  # absent otherwise: the shapes of earlier versions stay
+        data["environment"] = attrs.asdict(environment)
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def task_environment(inner: Launcher, task_environment: Environment) -> Environment:
+    """The whole ``environment:`` block of one task batched over ``inner``: its group's,
+    partition's, node group's and launcher's, then the task's (docs/configuration.md)."""
+    if isinstance(inner, SlurmLikeLauncher):
+        base = launcher_environment(attrs.evolve(inner, use_environment=True))
+    else:
+        group = getattr(inner, "group", None)
+        base = merge_all(
+            getattr(group, "job_environment", EMPTY), getattr(inner, "environment", EMPTY)
+        )
+    return base.merged(task_environment)
+
+
+def entry_argv(
+    environment: Environment,
+    argv: Sequence[str],
+    *,
+    job_dir: str,
+    cwd: str,
+    gpus: int,
+    callable_task: bool,
+) -> list[str]:
+    """The command a pilot runs for a task: ``argv`` itself, or ``bash -c WRAPPER bash argv``
+    applying the task's environment (variables travel in the entry's ``env``)."""
+    block = environment.without_variables()
+    if block.is_empty:
+        return list(argv)
+    script = render_wrapper(block, job_dir=job_dir, cwd=cwd, gpus=gpus, callable_task=callable_task)
+    return ["bash", "-c", script, "bash", *argv]
+
+
+def bare_launcher(inner: Any) -> Any:
+    """``inner`` for a pilot's own job: without its ``environment:`` (applied per task)."""
+    if hasattr(inner, "use_environment"):
+        return attrs.evolve(inner, use_environment=False)
+    return inner
 
 
 def pilot_name(shape: str, n: int) -> str:
@@ -191,6 +236,10 @@ def _pilot_slurm_launcher(
         else:
             changes["gpus_per_node"] = res.gpus * slots
     launcher = inner.config(**changes)
+    if isinstance(
+        launcher, SlurmLikeLauncher
+    ):  # the runner runs bare; each task in its environment
+        launcher = attrs.evolve(launcher, use_environment=False)
     if isinstance(launcher, SlurmLauncher):
         warning: dict[str, Any] = {
             "max_requeues": 0,

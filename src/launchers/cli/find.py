@@ -29,7 +29,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--explain",
         action="store_true",
-        help="say why every group and partition was or was not chosen",
+        help="say why every group and partition was or was not chosen, and what the chosen "
+        "launcher's environment: adds to the job script",
     )
     p.add_argument(
         "--strategy",
@@ -89,4 +90,9 @@ def run(args: argparse.Namespace) -> int:
         result = explain_search(*args.specs, tags=tags, config=config, strategy=args.strategy)
         out = sys.stderr if args.json else sys.stdout
         print(result.explanation.text(), file=out)
+        # lazy: the kinds' script renderers load only when an explanation is asked
+        from .preview import environment_lines
+
+        for line in environment_lines(launcher):
+            print(line, file=out)
     return 0

@@ -75,6 +75,17 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--wait", action="store_true", help="wait for the job to end; exit 0 only if it completed"
     )
+    p.add_argument(
+        "--environment",
+        metavar="YAML",
+        help="the task's environment: block as a YAML mapping, e.g. "
+        "'{modules: [gcc/12], venv: ~/venvs/x}' (docs/configuration.md, Environment)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the job script that would run, and submit nothing",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a line")
     p.add_argument(
         "argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the command to run"
@@ -93,6 +104,22 @@ def parse_env(items: list[str]) -> dict[str, str]:
             )
         env[m.group(1)] = m.group(2)
     return env
+
+
+def parse_environment(text: str | None) -> dict[str, Any] | None:
+    """``--environment YAML``: a mapping (checked by ``command``), else a ``LaunchersError``."""
+    if text is None:
+        return None
+    # lazy: YAML loads only when the option is given
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise LaunchersError(f"--environment: not YAML: {e}") from None
+    if not isinstance(value, dict):
+        raise LaunchersError("--environment: expected a YAML mapping such as '{modules: [gcc]}'")
+    return value
 
 
 def job_json(job: Any) -> dict[str, Any]:
@@ -138,8 +165,21 @@ def run(args: argparse.Namespace) -> int:
     tags = [t for t in (args.tags or "").split(",") if t]
     launcher = find_launcher(args.requirements, tags=tags, config=args.config)
     task = command(
-        argv, name=args.name, env=parse_env(args.env), cwd=args.cwd, resumable=args.resumable
+        argv,
+        name=args.name,
+        env=parse_env(args.env),
+        cwd=args.cwd,
+        resumable=args.resumable,
+        environment=parse_environment(args.environment),
     )
+    if args.dry_run:
+        # lazy: the kinds' script renderers load only for a dry run
+        from ..jobs.record import job_directory
+        from .preview import job_script
+
+        directory = job_directory(os.path.expanduser(args.workdir), task.name, task.digest)
+        print(job_script(launcher, task, str(directory.absolute())), end="")
+        return 0
     xp = experiment(
         os.path.expanduser(args.workdir), launcher, rerun_failed=args.rerun_failed, progress=False
     )

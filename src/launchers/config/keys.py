@@ -93,11 +93,19 @@ _NODES: dict[str, Key] = {
     "features": _k("strings", "Slurm features every node of the group has", ()),
     "count": _k("int", "number of nodes when hosts are not listed", minimum=0),
     "configuration": _k("section", "node-group configuration", section="configuration"),
+    "environment": _k(
+        "section",
+        "environment of jobs on these nodes (over the partition's)",
+        section="environment",
+    ),
 }
 
 _PARTITION: dict[str, Key] = {
     "nodes": _k("list", "node groups of the partition", (), section="nodes"),
     "configuration": _k("section", "partition configuration", section="configuration"),
+    "environment": _k(
+        "section", "environment of jobs on this partition (over the group's)", section="environment"
+    ),
     "priority": _k("int", "higher is preferred", 0),
     "disabled": _k("bool", "skip this partition", False),
     "qos": _k("strings", "QoS names usable on this partition (declared in the group's qos)", ()),
@@ -157,10 +165,37 @@ _LOCAL_GPU: dict[str, Key] = {
     "min_memory": _k("size", "smallest GPU memory request this GPU accepts"),
 }
 
+#: Container runtimes an ``environment: container:`` may name (docs/configuration.md, Environment).
+CONTAINER_RUNTIMES = ("apptainer", "singularity", "podman", "docker", "pyxis")
+
+_CONTAINER: dict[str, Key] = {
+    "image": _k(
+        "str", "image to run the command in (a path, a docker:// URI, a name)", required=True
+    ),
+    "runtime": _k("enum", "container runtime", "apptainer", choices=CONTAINER_RUNTIMES),
+    "options": _k("strings", "extra options of the runtime's run/exec command, one word each", ()),
+    "bind": _k("strings", "host paths mounted in the container (SRC[:DST[:OPTS]])", ()),
+    "env": _k("env", "variables set inside the container", {}),
+}
+
+_ENVIRONMENT: dict[str, Key] = {
+    "modules": _k("strings", "environment modules loaded on the compute node, in order", ()),
+    "purge": _k("bool", "module purge before loading the modules", False),
+    "venv": _k("str", "absolute path of a Python virtual environment to activate"),
+    "conda": _k("str", "conda environment (name or absolute path) to activate"),
+    "container": _k("section", "run the command in a container", section="container"),
+    "setup": _k("strings", "shell lines run before the command (after modules and activation)", ()),
+    "teardown": _k("strings", "shell lines run after the command, even when it failed", ()),
+    "variables": _k("env", "variables exported in the job (env: is the same key)", {}),
+}
+
 _RUNTIME: dict[str, Key] = {
     "export": _k("enum", "environment policy of jobs", "ALL", choices=("ALL", "NONE")),
     "env": _k("env", "variables exported in every job", {}),
     "python": _k("str", "Python interpreter running callables"),
+    "environment": _k(
+        "section", "modules, venv, conda, container, setup commands", section="environment"
+    ),
 }
 
 _LOCAL: dict[str, Key] = {
@@ -360,6 +395,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
     "tokens_file": _TOKENS_FILE,
     "countertoken": _COUNTERTOKEN,
     "estimate": _ESTIMATE,
+    "environment": _ENVIRONMENT,
+    "container": _CONTAINER,
 }
 
 #: experimaestro 1.5.7's class for each section it read, for messages saying what it did with
@@ -383,7 +420,10 @@ XPM_CLASSES: dict[str, str] = {
 
 #: Older spellings still accepted: section -> {alias: key}.
 ALIASES: dict[str, dict[str, str]] = {
-    "local": {"disable": "disabled"},  # experimaestro 1.5.7's DirectLauncherConfiguration.disable
+    "local": {"disable": "disabled"},
+    "environment": {
+        "env": "variables"
+    },  # experimaestro 1.5.7's DirectLauncherConfiguration.disable
     "slurm": {"use_memory_contraint": "use_memory_constraint"},
     "unicore": {"use_memory_contraint": "use_memory_constraint"},
     "firecrest": {"use_memory_contraint": "use_memory_constraint"},

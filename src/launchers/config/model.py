@@ -14,6 +14,7 @@ from typing import Any, Union
 
 import attrs
 
+from launchers.config.environment import EMPTY, Environment
 from launchers.units import parse_size
 
 
@@ -111,6 +112,8 @@ class NodeGroup:
     count: int | None = None
     configuration: ResourceConfig = ResourceConfig()
     position: Position = Position()
+    #: ``environment:`` of this node group (over the partition's), docs/configuration.md
+    job_environment: Environment = EMPTY
 
 
 @attrs.frozen
@@ -123,6 +126,8 @@ class Partition:
     qos: tuple[str, ...] = ()
     accounts: tuple[str, ...] = ()
     position: Position = Position()
+    #: ``environment:`` of this partition (over the group's)
+    job_environment: Environment = EMPTY
 
 
 @attrs.frozen
@@ -222,6 +227,8 @@ class LocalGroup(GroupBase):
     python: str | None = None
     kill_grace: int | None = None  # seconds between SIGTERM and SIGKILL on cancel (10)
     implicit: bool = False  # the launcher describing this machine when no file exists
+    #: ``environment:`` (modules, venv, conda, container, setup, teardown); its variables are in ``env``
+    job_environment: Environment = EMPTY
 
     @property
     def kind(self) -> str:
@@ -257,6 +264,9 @@ class SlurmGroup(GroupBase):
     resume_grace: int | None = None  # 120 s
     lost_after: int | None = None  # 600 s
     poll_max: int | None = None  # 60 s
+    #: ``environment:`` of a slurm group (its variables are in ``env``); unicore and firecrest
+    #: groups read theirs as a Compute Backend Config ``Environment`` (``environment``)
+    job_environment: Environment = EMPTY
 
     @property
     def kind(self) -> str:

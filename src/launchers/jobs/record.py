@@ -152,6 +152,8 @@ class RcRecord:
     host: str | None = None
     start: str | None = None
     end: str | None = None
+    #: the environment step that failed (``modules[0]``, ``venv``, ``setup[1]``...), if one did
+    step: str | None = None
 
     @property
     def success(self) -> bool:
@@ -191,6 +193,7 @@ def parse_rc(text: str) -> RcRecord | None:
         host=data.get("host"),
         start=data.get("start"),
         end=data.get("end"),
+        step=data.get("step") if isinstance(data.get("step"), str) else None,
     )
 
 

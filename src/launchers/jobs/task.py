@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, overload
 
 import attrs
 
+from ..config.environment import EMPTY, Environment
+from ..config.environment_read import coerce
 from ..errors import TaskError
 from ..hooks import services
 
@@ -105,6 +107,9 @@ class Task:
     cwd: str | None = None
     name: str = ""
     resumable: bool = False
+    #: ``environment:`` of this task (over the launcher's; docs/configuration.md, Environment);
+    #: not in the digest, like the launcher's settings
+    environment: Environment = EMPTY
 
     def identity(self) -> dict[str, Any]:
         """``{kind, target, params, env, cwd}``: what the digest covers (and params.json holds)."""
@@ -183,8 +188,10 @@ def command(
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     resumable: bool = False,
+    environment: Mapping[str, Any] | Environment | None = None,
 ) -> Task:
-    """A command-line task; ``cwd`` defaults to the job directory."""
+    """A command-line task; ``cwd`` defaults to the job directory; ``environment`` the
+    modules, venv, conda, container and setup lines it runs in (``TaskError`` when wrong)."""
     if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence):
         raise TaskError("command: argv must be a non-empty list of strings (not a single string)")
     if not argv:
@@ -208,6 +215,7 @@ def command(
         cwd=_check_cwd(cwd),
         name=sanitize_name(str(name)),
         resumable=bool(resumable),
+        environment=coerce(environment, where="command(environment=...)", error=TaskError),
     )
 
 
@@ -239,7 +247,15 @@ def _refuse_unimportable(func: Callable[..., Any]) -> tuple[str, str]:
 class TaskFunction:
     """A ``@task``-decorated function: calling it returns a ``Task`` instead of running."""
 
-    def __init__(self, func: Callable[..., Any], *, name: str | None, resumable: bool) -> None:
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        name: str | None,
+        resumable: bool,
+        environment: Mapping[str, Any] | Environment | None = None,
+    ) -> None:
+        self.environment = coerce(environment, where="@task(environment=...)", error=TaskError)
         if not callable(func) or not inspect.isfunction(inspect.unwrap(func)):
             raise TaskError(f"@task: {func!r} is not a function")
         self.module, self.qualname = _refuse_unimportable(func)
@@ -284,6 +300,7 @@ class TaskFunction:
             cwd=None,
             name=sanitize_name(self.name or self.qualname),
             resumable=self.resumable,
+            environment=self.environment,
         )
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
@@ -298,19 +315,28 @@ class TaskFunction:
 def task(func: Callable[..., Any], /) -> TaskFunction: ...
 @overload
 def task(
-    *, name: str | None = None, resumable: bool = False
+    *,
+    name: str | None = None,
+    resumable: bool = False,
+    environment: Mapping[str, Any] | Environment | None = None,
 ) -> Callable[[Callable[..., Any]], TaskFunction]: ...
 
 
 def task(
-    func: Callable[..., Any] | None = None, /, *, name: str | None = None, resumable: bool = False
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    resumable: bool = False,
+    environment: Mapping[str, Any] | Environment | None = None,
 ) -> TaskFunction | Callable[[Callable[..., Any]], TaskFunction]:
-    """Decorate a module-level function: ``@task`` or ``@task(name=None, resumable=False)``."""
+    """Decorate a module-level function: ``@task`` or ``@task(name=None, resumable=False,
+    environment=None)``."""
     if func is not None:
-        return TaskFunction(func, name=name, resumable=resumable)
+        return TaskFunction(func, name=name, resumable=resumable, environment=environment)
 
     def wrap(f: Callable[..., Any]) -> TaskFunction:
-        return TaskFunction(f, name=name, resumable=resumable)
+        return TaskFunction(f, name=name, resumable=resumable, environment=environment)
 
     return wrap
 

@@ -69,6 +69,8 @@ def update_for_rc(
     else:
         state = JobState.FAILED
         reason = f"killed by signal {rc.signal}" if rc.signal else f"exit code {rc.rc}"
+        if rc.step:
+            reason += f" in environment step {rc.step}"
     return StateUpdate(
         state=state,
         detail="job.rc",

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from ..config.environment import EMPTY, merge_all, requested_gpus
 from ..errors import ConfigurationError, LaunchersError
 from ..fsutil import atomic_write_text
 from ..jobs.proc import ProcessId
@@ -31,6 +32,7 @@ from ..jobs.update import StateUpdate
 from ..runtime.core import current
 from ..runtime.executor import Executor
 from ..runtime.loop import background
+from ..slurm.envscript import check_environment
 from ..slurm.script import job_name, render_script
 from .decide import (
     CANCELLED_WHILE_WAITING,
@@ -132,6 +134,15 @@ class DirectExecutor(Executor):
             )
         if settings.tokens:
             check_requests(dict(settings.tokens), load_totals(settings.config_file))
+        if getattr(launcher, "use_environment", True):
+            check_environment(
+                merge_all(
+                    settings.group.job_environment,
+                    getattr(launcher, "environment", EMPTY),
+                    task.environment,
+                ),
+                slurm=False,
+            )
 
     def _render(self, job: JobHandle, settings: LocalSettings, where: str) -> str:
         task = job.task
@@ -146,6 +157,9 @@ class DirectExecutor(Executor):
             job_dir=where,
             default_python=self.processes.default_python,
             cleanup=cleanup,
+            environment=getattr(job.launcher, "environment", EMPTY),
+            use_environment=getattr(job.launcher, "use_environment", True),
+            gpus=requested_gpus(job.launcher),
         )
         return render_script(spec)
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from ..config.environment import EMPTY, Environment, callable_python, for_job
 from ..config.model import LocalGroup
 from ..jobs.task import KIND_COMMAND, Task
 from ..launcher import Launcher
@@ -114,17 +115,21 @@ def script_spec(
     job_dir: str,
     default_python: str,
     cleanup: tuple[str, ...] = (),
+    environment: Environment = EMPTY,
+    gpus: int = 0,
+    use_environment: bool = True,
 ) -> ScriptSpec:
     """What ``job.sh`` of attempt ``attempt`` contains (``slurm.script.render_script`` writes
     it): the task's command, or ``PYTHON -m launchers.run JOB_DIR`` for a callable; the group's
-    ``env:`` then the task's; ``cleanup`` files (token holders) removed when the job ends."""
-    python = settings.python or default_python
+    ``env:`` then the task's; ``cleanup`` files (token holders) removed when the job ends;
+    ``environment`` the launcher's block, between the group's and the task's."""
+    levels = (settings.group.job_environment, environment) if use_environment else ()
+    block, env = for_job(settings.env, task.env, *levels, task.environment)
+    python = callable_python(block, settings.python, default_python)
     if task.kind == KIND_COMMAND:
         argv = tuple(task.target)
     else:
         argv = (python, "-m", "launchers.run", job_dir)
-    env = dict(settings.env)
-    env.update(task.env)
     return ScriptSpec(
         job_dir=job_dir,
         task_id=task_id,
@@ -133,10 +138,12 @@ def script_spec(
         attempt=attempt,
         cwd=task.cwd,
         export=settings.export,
-        env=tuple(env.items()),
+        env=env,
         python=None if task.kind == KIND_COMMAND else python,
         cleanup=cleanup,
         slurm=False,
+        environment=block,
+        gpus=gpus,
     )
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import attrs
 
+from ..config.environment import Container
+from ..config.environment import Environment as JobEnvironment
 from ..config.model import Position
 from ..config.problems import (
     Problems,
@@ -401,6 +403,69 @@ def validate_environment(
     if own:
         probs.raise_if_any()
     return Environment(**env)
+
+
+def as_block(env: Environment) -> tuple[JobEnvironment, tuple[Snippet, ...], tuple[Snippet, ...]]:
+    """The Compute Backend Config ``Environment`` in the terms of ``launchers.yaml``'s
+    ``environment:`` block (docs/remote-sites.md, "The same model"), and the login-node commands,
+    which have no compute-node equivalent: ``Modules`` -> ``modules``, ``Python`` -> ``venv``,
+    ``Apptainer`` -> ``container`` (runtime apptainer), ``Variables`` -> ``variables``,
+    ``PreRunCommandOnComputeNode`` -> ``setup``, ``PostRunCommandOnComputeNode`` ->
+    ``teardown``. Pure; the scripts of UNICORE, firecREST and SSH sites are still written by
+    ``remote.script`` so that Mantik's behaviour (double-quoted Variables, ``srun apptainer
+    run``, post-run commands only after a success) stays as it is."""
+    container = None
+    if env.apptainer is not None:
+        container = Container(
+            image=env.apptainer.image_name, runtime="apptainer", options=env.apptainer.options
+        )
+    block = JobEnvironment(
+        modules=env.modules or None,
+        venv=env.python,
+        container=container,
+        setup=tuple(s.text for s in env.pre_compute) or None,
+        teardown=tuple(s.text for s in env.post_compute) or None,
+        variables=env.variables or None,
+    )
+    return block, env.pre_login, env.post_login
+
+
+def site_mapping(block: JobEnvironment, kind: str) -> dict[str, Any] | str:
+    """A ``launchers.yaml``-style ``environment:`` block of a unicore/firecrest group as the
+    site's ``Environment`` mapping (the inverse of ``as_block``), or why it cannot be one: a
+    site's job script has no ``purge``, no ``conda`` and runs containers with Apptainer only."""
+    if block.purge:
+        return f"purge is not available on a {kind} site (its job script loads modules only)"
+    if block.conda:
+        return f"conda is not available on a {kind} site; use venv (the site's Python)"
+    out: dict[str, Any] = {}
+    if block.modules:
+        out["Modules"] = list(block.modules)
+    if block.venv:
+        out["Python"] = block.venv
+    if block.container is not None:
+        box = block.container
+        if box.runtime != "apptainer":
+            return f"a {kind} site runs containers with apptainer only, not {box.runtime}"
+        options = list(box.options)
+        for b in box.bind:
+            options += ["-B", b]
+        for name, value in box.env:
+            options += ["--env", f"{name}={value}"]
+        if not box.image.startswith("/"):
+            return f"container.image must be an absolute path on the {kind} site, not {box.image!r}"
+        out["Apptainer"] = {
+            "Path": box.image,
+            "Type": "remote",
+            "Options": [shlex.join(options)] if options else [],
+        }
+    if block.variables:
+        out["Variables"] = dict(block.variables)
+    if block.setup:
+        out["PreRunCommandOnComputeNode"] = list(block.setup)
+    if block.teardown:
+        out["PostRunCommandOnComputeNode"] = list(block.teardown)
+    return out
 
 
 def check_login_commands(env: Environment, site_kind: str, file: str | None) -> None:

@@ -329,6 +329,8 @@ def decide(
             common["extra"] = {"cancelled_by": status.cancelled_by}
     elif state is JobState.FAILED:
         reason = status.note or (f"killed by signal {sig}" if sig else f"exit code {exit_code}")
+        if rc_ok and rc is not None and rc.step:
+            reason += f" in environment step {rc.step}"
     elif state is not JobState.COMPLETED:
         reason = status.note or _FINAL_REASONS.get(state, state.value.lower())
     update = StateUpdate(
@@ -387,6 +389,7 @@ def decide_gone(
                                  signal=rc.signal, reason="cancelled on request")  # fmt: skip
         else:
             reason = f"killed by signal {rc.signal}" if rc.signal else f"exit code {rc.rc}"
+            reason += f" in environment step {rc.step}" if rc.step else ""
             update = StateUpdate(state=JobState.FAILED, detail="job.rc", exit_code=rc.rc,
                                  signal=rc.signal, reason=reason, ended_at=rc.end)  # fmt: skip
         return Decision(update, (), job.seen)

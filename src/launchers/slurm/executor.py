@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from ..config.environment import requested_gpus
 from ..connectors.base import Connector
 from ..connectors.registry import get_connector
 from ..errors import LaunchersError, ScriptError
@@ -34,12 +35,13 @@ from .arrays import Arrays, launcher_key
 from .cluster import SlurmCluster
 from .commands import CLEAN_ENV
 from .decide import limit_detail
+from .envscript import check_environment
 from .files import JobFiles
 from .limits import Allowance
 from .parse import UNREADABLE, Row
 from .reconcile import Reconciler
-from .script import ScriptSpec, check_env, check_launcher_values, job_name
-from .settings import STATUS_SOURCES, Placement, SlurmSettings, SlurmTuning
+from .script import ScriptSpec, check_env, check_launcher_values
+from .settings import STATUS_SOURCES, Placement, SlurmSettings, SlurmTuning, job_script_spec
 from .states import UnknownStateWarner
 from .submit import KILL_AFTER_SBATCH_ENV, Submitter
 from .track import Tracking
@@ -203,6 +205,10 @@ class SlurmExecutor(Executor):
             if len(self._checked) < 1024:
                 self._checked.add(key)
         check_env(task.env)
+        if not task.environment.is_empty:
+            check_environment(
+                self.settings(launcher).environment.merged(task.environment), slurm=True
+            )
 
     def script_spec(self, job: JobHandle, launcher: Any) -> ScriptSpec:
         """The script inputs of ``job``'s current attempt."""
@@ -212,30 +218,13 @@ class SlurmExecutor(Executor):
                 f"job {job.task_id}: the task is unknown (re-submit it from its experiment)"
             )
         directory = self.files.job_dir(job)
-        settings = self.settings(launcher)
-        python = settings.python or (sys.executable if self.is_local else "python3")
-        if task.kind == "command":
-            argv = tuple(task.target)
-            check = None
-        else:
-            argv = (python, "-m", "launchers.run", directory)
-            check = python
-        spec = ScriptSpec(
+        spec = job_script_spec(
+            task,
+            self.settings(launcher),
             job_dir=directory,
-            task_id=task.task_id,
-            job_name=job_name(task.name, task.digest, job.attempt),
-            argv=argv,
             attempt=job.attempt,
-            cwd=task.cwd,
-            export=settings.export,
-            env=settings.job_env(task.env),
-            directives=settings.directives,
-            sbatch_options=settings.sbatch_options,
-            resumable=bool(task.resumable),
-            max_requeues=settings.max_requeues,
-            resume_signal=settings.resume_signal,
-            resume_grace=settings.resume_grace,
-            python=check,
+            default_python=sys.executable if self.is_local else "python3",
+            gpus=requested_gpus(launcher),
         )
         return self._script(job, launcher, spec)
 

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
+from ..config.environment import EMPTY, Environment
+from ..config.environment_read import coerce
 from ..config.model import SlurmGroup
 from ..errors import ConfigurationError
 from ..language.values import HostRequirement
@@ -31,6 +33,7 @@ LAUNCHER_SETTINGS = (
     "max_requeues",
     "resume_signal",
     "resume_grace",
+    "environment",
 )
 
 
@@ -73,6 +76,11 @@ class SlurmLikeLauncher(GroupLauncher):
     max_requeues: int | None = None
     resume_signal: str | None = None
     resume_grace: int | None = None
+    #: ``config(environment=...)``: over the group's, partition's and node group's (merged)
+    environment: Environment = EMPTY
+    #: False for a batch pilot: its job script applies no ``environment:`` (each task gets its
+    #: own inside the pilot, batch/shape.py)
+    use_environment: bool = True
     #: the hosts of the merged candidates (what a job may land on), for batching's slots=auto
     hosts: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
     #: why the finder chose this, formatted when read (see ``explanation``)
@@ -97,7 +105,8 @@ class SlurmLikeLauncher(GroupLauncher):
 
     def config(self, **options: Any) -> Any:
         """A new launcher with only the given options changed (sbatch long names with
-        underscores, or ``sbatch_options=``, ``export=``, ``env=``, ``python=``)."""
+        underscores, or ``sbatch_options=``, ``export=``, ``env=``, ``python=``,
+        ``environment=`` merged key by key over the one set before)."""
         known = option_names()
         option_changes: dict[str, Any] = {}
         changes: dict[str, Any] = {}
@@ -121,6 +130,10 @@ class SlurmLikeLauncher(GroupLauncher):
                 changes["export"] = None if value is None else str(value).upper()
             elif name in ("env", "python"):
                 changes[name] = value
+            elif name == "environment":
+                changes[name] = self.environment.merged(
+                    coerce(value, where="launcher.config(environment=...)")
+                )
             elif name in ("max_requeues", "resume_grace"):
                 if value is not None and (
                     isinstance(value, bool) or not isinstance(value, int) or value < 0

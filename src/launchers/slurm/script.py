@@ -13,8 +13,11 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from .._version import __version__
+from ..config.environment import EMPTY, Environment
 from ..errors import ScriptError
 from ..units import parse_slurm_time
+from .envscript import ENV_FUNCTIONS, render_environment
+from .quote import sh_quote
 from .sbatch_options import check_sbatch_options
 
 _BARE_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
@@ -30,13 +33,6 @@ SIGNAL_NUMBERS: Mapping[str, int] = {
 
 
 # --- quoting ----------------------------------------------------------------------------------
-
-
-def sh_quote(value: str, *, what: str = "value") -> str:
-    """POSIX single quotes, always (``'it'\\''s'``); a NUL is a ``ScriptError``."""
-    if "\0" in value:
-        raise ScriptError(f"{what} contains a NUL character, which no command can receive")
-    return "'" + value.replace("'", "'\\''") + "'"
 
 
 def directive_value(option: str, value: str, *, literal_percent: bool = True) -> str:
@@ -171,6 +167,9 @@ class ScriptSpec:
     ``directives`` are the finder's ``--name=value`` options; ``sbatch_options`` the user's.
     ``slurm=False`` renders a script for the direct launcher (native id ``$LAUNCHERS_NATIVE_ID``
     or the shell's pid, no requeue). ``cleanup`` files are removed by the exit handler.
+    ``environment`` (modules, venv, conda, container, setup and teardown lines) is rendered
+    around the command by ``envscript.render_environment``; ``gpus`` the GPUs the job asks
+    (a container then sees them).
     """
 
     job_dir: str
@@ -191,6 +190,8 @@ class ScriptSpec:
     cleanup: tuple[str, ...] = ()
     slurm: bool = True
     version: str = __version__
+    environment: Environment = EMPTY
+    gpus: int = 0
 
 
 def time_limit(directives: Sequence[str], options: Sequence[tuple[str, str | bool]]) -> int | None:
@@ -288,8 +289,8 @@ _l_write_rc() {
     [ -n "$_l_sig" ] && sig=$_l_sig
     _l_now end
     tmp="$_l_dir/.job.rc.$$.tmp"
-    printf '{"rc": %d, "signal": %s, "attempt": %d, "native_id": "%s", "host": "%s", "start": "%s", "end": "%s"}\n' \
-        "$1" "$sig" "$LAUNCHERS_ATTEMPT" "$_l_id" "$_l_host" "$_l_start" "$end" > "$tmp" \
+    printf '{"rc": %d, "signal": %s, "attempt": %d, "native_id": "%s", "host": "%s", "start": "%s", "end": "%s"__STEP_FORMAT__}\n' \
+        "$1" "$sig" "$LAUNCHERS_ATTEMPT" "$_l_id" "$_l_host" "$_l_start" "$end"__STEP_ARG__ > "$tmp" \
         && { sync "$tmp" 2>/dev/null; mv -f "$tmp" "$_l_dir/job.rc"; }
 __CLEANUP__}
 trap '_l_write_rc "${_l_rc:-$?}"' EXIT
@@ -315,7 +316,7 @@ _l_on_signal() {
 trap '_l_on_signal 15' TERM
 trap '_l_on_signal 2' INT
 __RESUME_TRAP__cd -- __CWD__ || { echo "launchers: cannot change to the working directory "__CWD__ >&2; _l_rc=1; exit 1; }
-__COMMAND__ < /dev/null &
+__ENV_SETUP____COMMAND__ < /dev/null &
 _l_pid=$!
 while :; do
     _l_trapped=0
@@ -331,7 +332,7 @@ done
 if [ -z "$_l_sig" ] && [ "$_l_rc" -gt 128 ] && [ "$_l_rc" -lt 193 ]; then
     _l_sig=$((_l_rc - 128))
 fi
-__PYTHON_CHECK____REQUEUE__exit "$_l_rc"
+__ENV_TEARDOWN____PYTHON_CHECK____REQUEUE__exit "$_l_rc"
 """
 
 _RESUME_TRAP = r"""_l_on_resume() {
@@ -392,6 +393,21 @@ def render_body(spec: ScriptSpec) -> list[str]:
     for name, value in check_env(spec.env):
         lines.append(f"export {name}={sh_quote(value, what=f'env {name}')}")
     command = " ".join(sh_quote(a, what="an argument of the command") for a in spec.argv)
+    cwd = spec.cwd or spec.job_dir
+    env = render_environment(
+        spec.environment,
+        job_dir=spec.job_dir,
+        cwd=cwd,
+        gpus=spec.gpus,
+        callable_task=spec.python is not None,
+        slurm=spec.slurm,
+    )
+    setup = teardown = ""
+    if not env.is_empty:
+        setup = ENV_FUNCTIONS + "".join(line + "\n" for line in env.setup)
+        teardown = "".join(line + "\n" for line in env.teardown)
+        if env.wrap:
+            command = " ".join(env.wrap) + " " + command
     cleanup = "".join(f"    rm -f -- {sh_quote(p, what='a cleanup path')}\n" for p in spec.cleanup)
     signame = signal_name(spec.resume_signal)
     resumable = spec.resumable and spec.slurm
@@ -400,7 +416,7 @@ def render_body(spec: ScriptSpec) -> list[str]:
         .replace("__NATIVE_ID__", _native_id_expr(spec.slurm))
         .replace("__CLEANUP__", cleanup)
         .replace("__RESUME_TRAP__", _RESUME_TRAP.replace("__SIG__", signame) if resumable else "")
-        .replace("__CWD__", sh_quote(spec.cwd or spec.job_dir, what="the working directory"))
+        .replace("__CWD__", sh_quote(cwd, what="the working directory"))
         .replace(
             "__PYTHON_CHECK__",
             _PYTHON_CHECK.replace("__PY__", sh_quote(spec.python)) if spec.python else "",
@@ -413,6 +429,10 @@ def render_body(spec: ScriptSpec) -> list[str]:
             if resumable
             else "",
         )
+        .replace("__STEP_FORMAT__", "%s" if setup else "")
+        .replace("__STEP_ARG__", ' "${_l_failed:+, \\"step\\": \\"$_l_failed\\"}"' if setup else "")
+        .replace("__ENV_SETUP__", setup)
+        .replace("__ENV_TEARDOWN__", teardown)
         .replace("__COMMAND__", command)
     )
     lines.extend(body.rstrip("\n").split("\n"))

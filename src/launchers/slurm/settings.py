@@ -12,10 +12,13 @@ from typing import Any, TypeVar
 
 import attrs
 
+from ..config.environment import EMPTY, Environment, callable_python, for_job, merge_all
 from ..config.model import SlurmGroup
+from ..jobs.task import Task
 from ..launcher import Launcher
 from .launcher import SlurmLikeLauncher
 from .options import SlurmOptions
+from .script import ScriptSpec, job_name
 
 T = TypeVar("T")
 
@@ -138,6 +141,8 @@ class SlurmSettings:
     fatal_reasons_remove: tuple[str, ...] = ()
     #: the group's ``lost_after`` in seconds, or None (0 counts as not set: the tuning's)
     lost_after: float | None = None
+    #: the ``environment:`` of the group, partition, node group and launcher, merged
+    environment: Environment = EMPTY
 
     @classmethod
     def resolve(cls, launcher: Launcher, group: SlurmGroup | None = None) -> SlurmSettings:
@@ -162,11 +167,73 @@ class SlurmSettings:
             fatal_reasons_add=tuple(own.fatal_reasons_add or ()),
             fatal_reasons_remove=tuple(own.fatal_reasons_remove or ()),
             lost_after=float(own.lost_after) if own.lost_after else None,
+            environment=launcher_environment(launcher),
         )
 
     def job_env(self, task_env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         """The environment a job's script sets: these settings' ``env`` then the task's."""
         return tuple({**dict(self.env), **dict(task_env)}.items())
+
+
+def job_script_spec(
+    task: Task,
+    settings: SlurmSettings,
+    *,
+    job_dir: str,
+    attempt: int = 1,
+    default_python: str = "python3",
+    gpus: int = 0,
+) -> ScriptSpec:
+    """What ``job.sh`` of ``task``'s attempt ``attempt`` contains on a Slurm group: the
+    command, or ``PYTHON -m launchers.run JOB_DIR`` for a callable; the settings' options,
+    variables and ``environment:`` merged with the task's (docs/design/runtime.md §3)."""
+    block, env = for_job(settings.env, task.env, settings.environment, task.environment)
+    python = callable_python(block, settings.python, default_python)
+    if task.kind == "command":
+        argv = tuple(task.target)
+        check = None
+    else:
+        argv = (python, "-m", "launchers.run", job_dir)
+        check = python
+    return ScriptSpec(
+        job_dir=job_dir,
+        task_id=task.task_id,
+        job_name=job_name(task.name, task.digest, attempt),
+        argv=argv,
+        attempt=attempt,
+        cwd=task.cwd,
+        export=settings.export,
+        env=env,
+        directives=settings.directives,
+        sbatch_options=settings.sbatch_options,
+        resumable=bool(task.resumable),
+        max_requeues=settings.max_requeues,
+        resume_signal=settings.resume_signal,
+        resume_grace=settings.resume_grace,
+        python=check,
+        environment=block,
+        gpus=gpus,
+    )
+
+
+def launcher_environment(launcher: SlurmLikeLauncher) -> Environment:
+    """The ``environment:`` of the group, of the chosen partition, of its node group when the
+    job can land on no other (the partition has one, or all of them set the same), and of the
+    launcher, merged in that order (docs/configuration.md, Environment); none for a batch pilot."""
+    if not launcher.use_environment:
+        return EMPTY
+    group = launcher.group
+    levels = [group.job_environment]
+    name = launcher.options.partition
+    for partition in group.partitions:
+        if partition.name == name:
+            levels.append(partition.job_environment)
+            node_envs = {n.job_environment for n in partition.nodes}
+            if len(node_envs) == 1:
+                levels.append(node_envs.pop())
+            break
+    levels.append(launcher.environment)
+    return merge_all(*levels)
 
 
 __all__ = [
@@ -176,5 +243,7 @@ __all__ = [
     "SlurmSettings",
     "SlurmTuning",
     "cluster_of",
+    "job_script_spec",
+    "launcher_environment",
     "pick",
 ]

@@ -1,0 +1,119 @@
+"""Property test: every value of an ``environment:`` block (module names, venv path, conda
+name, container image, options, binds, container variables, variables, setup and teardown
+text) reaches bash exactly as written through the one renderer, and nothing in it is executed
+(docs/configuration.md, Environment)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from launchers.config.environment import Container, Environment
+from launchers.slurm.envscript import ENV_FUNCTIONS, render_environment
+
+TRICKY = [
+    "'", '"', "$(touch PWNED)", "`touch PWNED`", "a b", "%j %%", "line1\nline2", "\\", "\\'",
+    "$HOME", "${X:-y}", "; touch PWNED", "&& touch PWNED", "*", "~", "#", "-n", "\t", "é ✓",
+]  # fmt: skip
+
+word = st.one_of(
+    st.sampled_from(TRICKY),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=10),
+)
+name = st.sampled_from(["A", "B_2", "_x"])
+
+#: stand-ins recording each argument on its own NUL-terminated record
+STUBS = r"""
+_l_host=test
+module() { printf '%s\0' module "$@" >> "$LOG"; }
+conda() { if [ "$1" = shell.bash ]; then echo :; else printf '%s\0' conda "$@" >> "$LOG"; fi; }
+RUNTIME() { printf '%s\0' RUNTIME "$@" >> "$LOG"; }
+"""
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    module=word,
+    venv=word.filter(lambda w: "/" not in w and w not in ("", ".", "..")),
+    conda_name=word.filter(lambda w: w != "" and not w.startswith("~")),  # ~ is the home directory
+    image=word,
+    option=word,
+    bind=word,
+    inner=word,
+    variable=word,
+    runtime=st.sampled_from(["apptainer", "singularity", "podman", "docker"]),
+    var=name,
+)
+def test_values_reach_bash_exactly(
+    module: str,
+    venv: str,
+    conda_name: str,
+    image: str,
+    option: str,
+    bind: str,
+    inner: str,
+    variable: str,
+    runtime: str,
+    var: str,
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        activate = root / venv / "bin" / "activate"
+        activate.parent.mkdir(parents=True)
+        activate.write_text('printf "%s\\0" activated >> "$LOG"\n')
+        common = {
+            "modules": (module,),
+            "setup": (f"printf %s {shlex.quote(variable)} > setup.txt",),
+            "teardown": (f"printf %s {shlex.quote(variable)} > teardown.txt",),
+            "variables": ((var, variable),),
+        }
+        envs = [
+            Environment(
+                venv=str(root / venv),
+                container=Container(image, runtime, (option,), (bind,), ((var, inner),)),
+                **common,  # type: ignore[arg-type]
+            ),
+            Environment(conda=conda_name, **common),  # type: ignore[arg-type]
+        ]
+        for env in envs:
+            lines = render_environment(env, job_dir=str(root), cwd=str(root))
+            script = "\n".join(
+                [
+                    STUBS.replace("RUNTIME", runtime),
+                    ENV_FUNCTIONS,
+                    *lines.setup,
+                    " ".join([*lines.wrap, "true"]),
+                    *lines.teardown,
+                    f'printf "%s\\0" "${var}" >> "$LOG"',
+                ]
+            )
+            log = root / "log"
+            log.unlink(missing_ok=True)
+            done = subprocess.run(
+                ["bash", "-c", script],
+                cwd=root,
+                env={"PATH": os.environ["PATH"], "LOG": str(log), "HOME": str(root)},
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert done.returncode == 0, done.stderr
+            records = log.read_bytes().decode("utf-8").split("\0")[:-1]
+            assert records[:3] == ["module", "load", module]
+            if env.container is not None:
+                assert records[3] == "activated"
+                args = records[records.index(runtime) + 1 : -1]
+                assert image in args and option in args and args[-1] == "true"
+                assert any(bind in a for a in args) and f"{var}={inner}" in args
+            else:
+                assert records[3:6] == ["conda", "activate", conda_name]
+            assert records[-1] == variable
+            assert (root / "setup.txt").read_bytes().decode() == variable
+            assert (root / "teardown.txt").read_bytes().decode() == variable
+            assert not list(root.rglob("PWNED"))
