@@ -1,4 +1,4 @@
-"""Tasks of the environment tests (tests/test_environment_real.py), importable by their jobs."""
+"""Tasks of the environment tests (tests/integration/slurm/test_environment_real.py), importable by their jobs."""
 
 from __future__ import annotations
 

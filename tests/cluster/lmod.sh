@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # lmod.sh - install (if needed) Lmod, the environment-module system of the environment tests
-#   (Debian's lmod; tests/test_environment_real.py writes its own modulefiles). Idempotent and
+#   (Debian's lmod; tests/integration/slurm/test_environment_real.py writes its own modulefiles). Idempotent and
 #   quick when present; needs root to install (apt-get), like tests/browser/install.sh, with the
 #   same retries. LMOD_INSTALL=0: never call apt-get (fail if it is missing). Progress on stderr.
 set -euo pipefail

@@ -26,8 +26,8 @@ from launchers.config.model import LocalGroup
 from launchers.connectors import registry
 from launchers.local.launcher import DirectLauncher
 from launchers.runtime.core import current as current_runtime
+from paths import TESTS, job_pythonpath
 
-TESTS = Path(__file__).parent
 SRC = Path(__import__("launchers").__file__).parent.parent
 
 MODULEFILE = """\
@@ -77,7 +77,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture
 def job_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, world: dict[str, Path]) -> None:
     """Jobs import the tests' modules and this launchers; the stand-ins log to one file."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(SRC)]))
+    monkeypatch.setenv("PYTHONPATH", job_pythonpath(SRC))
     monkeypatch.setenv("LAUNCHERS_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("STANDIN_LOG", str(world["log"]))
 
