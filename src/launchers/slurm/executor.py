@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..connectors.base import Connector
 from ..connectors.registry import get_connector
 from ..errors import LaunchersError, ScriptError
+from ..jobs.depends import NATIVE_KEY, slurm_directives
 from ..jobs.state import JobState
 from ..jobs.update import StateUpdate
 from ..runtime.core import current
@@ -78,6 +79,8 @@ class SlurmExecutor(Executor):
     """Runs jobs of Slurm launchers sharing one connector and cluster."""
 
     kind = "slurm"
+    #: a dependent on a job of this executor is submitted at once with ``--dependency``
+    native_dependencies = True
 
     def __init__(
         self,
@@ -229,7 +232,8 @@ class SlurmExecutor(Executor):
             cwd=task.cwd,
             export=settings.export,
             env=settings.job_env(task.env),
-            directives=settings.directives,
+            # a dependent held by Slurm itself (docs/design/runtime.md §15)
+            directives=(*settings.directives, *slurm_directives(job.record.extra.get(NATIVE_KEY))),
             sbatch_options=settings.sbatch_options,
             resumable=bool(task.resumable),
             max_requeues=settings.max_requeues,
@@ -257,7 +261,8 @@ class SlurmExecutor(Executor):
         """Collect jobs inside ``array()`` blocks; otherwise as every executor."""
         self._learn_cluster(job)
         bucket = self.arrays.bucket()
-        if bucket is not None and not reconcile and job.launcher is not None:
+        native = job.record.extra.get(NATIVE_KEY)
+        if bucket is not None and not reconcile and job.launcher is not None and not native:
             bucket.append(job)
             return
         super().enqueue(job, reconcile=reconcile)

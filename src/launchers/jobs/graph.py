@@ -1,0 +1,261 @@
+"""The dependents of this process (docs/design/runtime.md §15): a job with dependencies is held
+here, ``WAITING``, until ``jobs.depends.decide_dependent`` says submit (then it goes to its
+executor, with ``--dependency`` when Slurm can hold it itself) or end without running.
+
+Nothing is polled per edge: every ``Job`` tells its watchers when its state changes (the tracker
+already learns it), and only that job's dependents are decided again. The results of the
+dependencies a dependent's function receives are written to its ``inputs.json`` before it is
+submitted (or, for a Slurm dependency it waits for natively, the dependency's directory there).
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import logging
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..fsutil import atomic_write_json, read_json
+from ..runtime.core import current
+from .depends import (
+    FAILED_KEY,
+    INPUTS,
+    NATIVE_KEY,
+    DepState,
+    Edge,
+    End,
+    Submit,
+    Wait,
+    decide_dependent,
+    slurm_dependency,
+)
+from .record import RESULT_JSON, RESULT_PICKLE
+from .state import JobState
+from .update import StateUpdate
+
+if TYPE_CHECKING:
+    from .job import Job
+
+log = logging.getLogger("launchers.jobs")
+
+#: What the graph does with a held job: wait and submit it, or only follow a job already
+#: submitted (natively held by Slurm, or re-attached) to end it when a dependency fails.
+SUBMIT = "submit"
+FOLLOW = "follow"
+
+
+@attrs.define
+class _Held:
+    job: Job
+    deps: list[tuple[Edge, Job]]
+    action: str
+
+
+class Graph:
+    """The dependents held in this process, indexed by their dependencies' directories."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._held: dict[Path, _Held] = {}
+        self._dependents: dict[Path, set[Path]] = {}
+        self._watched: set[int] = set()
+        self._queue: collections.deque[Path] = collections.deque()
+        self._draining = False
+
+    def hold(self, job: Job, deps: list[tuple[Edge, Job]], action: str = SUBMIT) -> None:
+        """Hold ``job`` until its dependencies ``deps`` allow it (``SUBMIT``), or follow a job
+        already submitted (``FOLLOW``); decided at once, then at each dependency's change."""
+        with self._lock:
+            self._held[job.directory] = _Held(job, deps, action)
+            for _edge, dep in deps:
+                self._dependents.setdefault(dep.directory, set()).add(job.directory)
+                if id(dep) not in self._watched:
+                    self._watched.add(id(dep))
+                    dep.watch(self._changed)
+        self._decide(job.directory)
+
+    def holds(self, job: Job) -> bool:
+        """Whether ``job`` waits here, not submitted yet."""
+        with self._lock:
+            held = self._held.get(job.directory)
+            return held is not None and held.job is job and held.action == SUBMIT
+
+    def cancel(self, job: Job) -> bool:
+        """Cancel a held job before it is submitted: ``CANCELLED`` at once; False when it is
+        not held (its executor cancels it)."""
+        with self._lock:
+            held = self._held.get(job.directory)
+            if held is None or held.job is not job or held.action != SUBMIT:
+                return False
+            self._drop(job.directory)
+        job.apply(
+            StateUpdate(state=JobState.CANCELLED, detail="cancel", reason="cancelled on request")
+        )
+        return True
+
+    def waiting_for(self, job: Job) -> list[Job]:
+        """The dependencies ``job`` still waits for (for the CLI and the progress display)."""
+        with self._lock:
+            held = self._held.get(job.directory)
+            deps = list(held.deps) if held is not None else []
+        return [d for _e, d in deps if not d.state.is_final]
+
+    # -- reacting to changes --------------------------------------------------------------------
+
+    def _changed(self, dep: Job) -> None:
+        """A watched job changed state: decide its dependents again (any thread; the first
+        one drains the queue, so that a chain of ends needs no recursion)."""
+        with self._lock:
+            self._queue.append(dep.directory)
+            if self._draining:
+                return
+            self._draining = True
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._draining = False
+                    return
+                directory = self._queue.popleft()
+                dependents = list(self._dependents.get(directory, ()))
+            for dependent in dependents:
+                try:
+                    self._decide(dependent)
+                except Exception as e:  # one bad dependent must not stop the others
+                    log.error("%s: dependency handling failed: %s", dependent, e, exc_info=True)
+
+    def _drop(self, directory: Path) -> None:
+        held = self._held.pop(directory, None)
+        if held is None:
+            return
+        for _edge, dep in held.deps:
+            dependents = self._dependents.get(dep.directory)
+            if dependents is not None:
+                dependents.discard(directory)
+                if not dependents:
+                    del self._dependents[dep.directory]
+
+    def _decide(self, directory: Path) -> None:
+        with self._lock:
+            held = self._held.get(directory)
+            if held is None:
+                return
+            job, deps, action = held.job, list(held.deps), held.action
+        states = [
+            DepState(edge, dep.state, dep.native_id if _native(job, dep) else None)
+            for edge, dep in deps
+        ]
+        decision = decide_dependent(states)
+        if isinstance(decision, End):
+            with self._lock:
+                self._drop(directory)
+            _end(job, decision)
+            return
+        if action == FOLLOW:
+            if all(s.state.is_final for s in states) or job.state.is_final:
+                with self._lock:
+                    self._drop(directory)
+            return
+        if job.state.is_final:  # cancelled meanwhile
+            with self._lock:
+                self._drop(directory)
+            return
+        if isinstance(decision, Wait):
+            job.apply(StateUpdate(state=JobState.WAITING, reason=decision.reason))
+            return
+        assert isinstance(decision, Submit)
+        with self._lock:
+            current_held = self._held.get(directory)
+            if current_held is None or current_held.action != SUBMIT:
+                return  # decided by another thread
+            if decision.native:
+                current_held.action = FOLLOW  # Slurm holds it now; a failure still ends it here
+            else:
+                self._drop(directory)
+        _submit(job, deps, decision)
+
+
+def _native(job: Job, dep: Job) -> bool:
+    """Whether Slurm itself can hold ``job`` on ``dep``: the same executor (kind, connector,
+    cluster), one that supports ``--dependency``, and the dependency submitted by us."""
+    ex = job.executor
+    return (
+        ex is not None
+        and dep.executor is ex
+        and bool(getattr(ex, "native_dependencies", False))
+        and dep.native_id is not None
+        and not dep.observer
+    )
+
+
+def _end(job: Job, decision: End) -> None:
+    """End ``job`` without running, naming the dependency (also a job Slurm already cancelled
+    for it: its reason becomes ours)."""
+    if job.state.is_final and (
+        job.state is not decision.state or job.cancel_requested or job.record.extra.get(FAILED_KEY)
+    ):
+        return
+    job.apply(
+        StateUpdate(
+            state=decision.state,
+            detail="dependency",
+            reason=decision.reason,
+            extra={FAILED_KEY: decision.dependency},
+        )
+    )
+    log.info("%s: %s", job.task_id, decision.reason)
+
+
+def _submit(job: Job, deps: list[tuple[Edge, Job]], decision: Submit) -> None:
+    """Write the inputs, record the native dependency, and hand the job to its executor."""
+    native = {edge.directory for edge, _id in decision.native}
+    inputs: dict[str, Any] = {}
+    for edge, dep in deps:
+        if edge.input:
+            inputs[edge.task_id] = _input_of(dep, native=edge.directory in native)
+    if inputs:
+        path = job.directory / INPUTS
+        atomic_write_json(path, inputs, sync=False)
+        job.defer_sync(path)
+    text = slurm_dependency(decision.native) if decision.native else None
+    job.apply(
+        StateUpdate(
+            detail="dependencies " + ("held by Slurm: " + text if text else "satisfied"),
+            reason="",
+            extra={NATIVE_KEY: text},
+        )
+    )
+    assert job.executor is not None
+    job.executor.enqueue(job)
+
+
+def _input_of(dep: Job, *, native: bool) -> dict[str, Any]:
+    """How ``launchers.run`` gets ``dep``'s result: its value (a JSON value, or a pickle in
+    base64), or for a dependency Slurm still holds, its directory on the cluster."""
+    if dep.task is not None and dep.task.kind == "command":
+        return {"value": 0}
+    if native:
+        where = dep.record.extra.get("remote_dir") or str(dep.directory)
+        return {"dir": str(where)}
+    if dep.paths.result_json.exists():
+        return {"value": read_json(dep.paths.result_json)}
+    if dep.paths.result_pickle.exists():
+        return {"pickle": base64.b64encode(dep.paths.result_pickle.read_bytes()).decode("ascii")}
+    if (dep.directory / RESULT_JSON).exists() or (dep.directory / RESULT_PICKLE).exists():
+        return {"value": None}
+    return {"missing": f"{dep.task_id} left no result file in {dep.directory}"}
+
+
+def graph() -> Graph:
+    """The process's graph of dependents (created on first use)."""
+    runtime = current()
+    with runtime.dependencies_lock:
+        if runtime.dependencies is None:
+            runtime.dependencies = Graph()
+        return runtime.dependencies
+
+
+__all__ = ["FOLLOW", "SUBMIT", "Graph", "graph"]
