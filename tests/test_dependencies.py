@@ -4,7 +4,9 @@ reruns, another experiment directory). The real Slurm's side: test_dependencies_
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -274,3 +276,32 @@ def test_cancel_of_a_waiting_dependent(tmp_path: Path) -> None:
     assert (
         later.state is S.CANCELLED and later.reason == f"dependency {after.task_id} ended CANCELLED"
     )
+
+
+def test_jobs_command_shows_what_a_job_waits_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from launchers.cli.main import main
+
+    release = tmp_path / "release"
+    with experiment(tmp_path / "xp", direct()):
+        gate = command(["sh", "-c", f"while ! test -e {release}; do sleep 0.1; done"]).submit()
+        done = command(["true"], name="quick").submit()
+        done.wait(30)
+        after = command(["echo"], name="after").submit(after=[gate, finished(done)])
+        deadline = time.monotonic() + 30
+        while gate.state is not S.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert main(["jobs", str(tmp_path / "xp")]) == 0
+        row = next(line for line in capsys.readouterr().out.splitlines() if "after-" in line)
+        assert f"waiting for {gate.task_id} (" in row
+        assert f"after {gate.task_id} (RUNNING), {done.task_id} (COMPLETED, any end)" in row
+        assert main(["jobs", "--json", str(tmp_path / "xp")]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        (mine,) = [r for r in rows if r["task_id"] == after.task_id]
+        assert [(a["task_id"], a["condition"], a["state"]) for a in mine["after"]] == [
+            (gate.task_id, "ok", "RUNNING"),
+            (done.task_id, "any", "COMPLETED"),
+        ]
+        release.touch()
+    assert after.state is S.COMPLETED

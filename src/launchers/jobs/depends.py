@@ -224,6 +224,19 @@ def decide_dependent(deps: Sequence[DepState]) -> Decision:
     return Wait(reason)
 
 
+def explain(deps: Sequence[tuple[Edge, JobState | None]]) -> str:
+    """Why a job with dependencies is not running yet, for ``launchers jobs``: each dependency
+    with its state, ``after NAME-DIGEST (RUNNING), NAME-DIGEST (COMPLETED)``; ``finished()``
+    edges are marked ``any end``, a dependency without a record ``no record``."""
+    parts = []
+    for edge, state in deps:
+        words = [state.value if state is not None else "no record"]
+        if edge.condition == ANY:
+            words.append("any end")
+        parts.append(f"{edge.task_id} ({', '.join(words)})")
+    return "after " + ", ".join(parts) if parts else ""
+
+
 def slurm_dependency(native: Sequence[tuple[Edge, str]]) -> str:
     """sbatch's ``--dependency`` value: ``afterok:ID[:ID...]`` and/or ``afterany:...`` joined by
     ``,`` (all must hold). An array element is ``ID_N``, a whole array its master ``ID``."""
@@ -258,6 +271,7 @@ __all__ = [
     "after_edges",
     "decide_dependent",
     "edges_of",
+    "explain",
     "failed_reason",
     "finished",
     "is_job",
