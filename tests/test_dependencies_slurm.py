@@ -220,3 +220,26 @@ def test_fan_out_fan_in(cluster: dict[str, str], tmp_path: Path) -> None:
     assert len(xp.jobs) == 31 and {j.state for j in xp.jobs} == {S.COMPLETED}
     assert summary.result()["total"] == 6
     assert (tmp_path / "evals").read_text().count("\n") == 3
+
+
+def test_array_elements_and_batched_tasks(cluster: dict[str, str], tmp_path: Path) -> None:
+    """An array element (``ID_N``) and a whole array (every element) as native dependencies;
+    batched tasks as dependents and as dependencies (they wait in the client)."""
+    from launchers.slurm.executor import array
+
+    L = slurm()
+    with experiment(tmp_path / "xp", L) as xp:
+        with array(L):
+            elements = [command(["sleep", "1", str(i)], name="el").submit() for i in range(3)]
+        one = command(["true"], name="one").submit(after=[elements[1]])
+        whole = command(["true"], name="whole").submit(after=elements)
+        batch = L.batched(slots=2)
+        batched = [command(["true", str(i)], name="bt").submit(batch, after=[one]) for i in range(2)]  # fmt: skip
+        last = command(["true"], name="last").submit(direct(), after=batched)
+        wait_for(lambda: whole.native_id is not None)
+        master = str(elements[0].native_id).split("_")[0]
+        assert one.record.extra["native_dependency"] == f"afterok:{master}_1"
+        assert whole.record.extra["native_dependency"] == (
+            f"afterok:{master}_0:{master}_1:{master}_2"
+        )
+    assert {j.state for j in xp.jobs} == {S.COMPLETED} and last.attempt == 1
