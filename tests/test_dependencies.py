@@ -305,3 +305,36 @@ def test_jobs_command_shows_what_a_job_waits_for(
         ]
         release.touch()
     assert after.state is S.COMPLETED
+
+
+def test_a_job_slurm_cancelled_first_gets_the_dependency_reason(tmp_path: Path) -> None:
+    """Slurm's own cancel of a natively held dependent (--kill-on-invalid-dep) may be read
+    before its dependency's failure: the reason becomes the dependency's, and later answers
+    about the ended job change nothing."""
+    from launchers.jobs.graph import FOLLOW, Graph
+    from launchers.jobs.job import Job
+    from launchers.jobs.record import StateRecord, write_record
+    from launchers.jobs.update import StateUpdate
+
+    def job(name: str, state: S) -> Job:
+        d = tmp_path / name
+        d.mkdir()
+        record = StateRecord(task_id=f"{name}-0123456789abcdef", state=state, native_id="7")
+        write_record(d, record)
+        return Job(None, d, record)
+
+    dep, dependent = job("dep", S.RUNNING), job("dependent", S.PENDING)
+    graph = Graph()
+    graph.hold(dependent, [(Edge(dep.task_id, str(dep.directory)), dep)], FOLLOW)
+    dependent.apply(StateUpdate(state=S.CANCELLED, reason="cancelled by uid 0"))
+    dep.apply(StateUpdate(state=S.FAILED, reason="exit code 1"))
+    assert (dependent.state, dependent.reason) == (
+        S.CANCELLED,
+        f"dependency {dep.task_id} ended FAILED",
+    )
+    assert read_record(dependent.directory).extra["dependency_failed"] == dep.task_id  # type: ignore[union-attr]
+    dependent.apply(
+        StateUpdate(state=S.CANCELLED, reason="cancelled by uid 0", slurm_state="CANCELLED")
+    )
+    assert dependent.reason == f"dependency {dep.task_id} ended FAILED"
+    assert not graph.waiting_for(dependent)
