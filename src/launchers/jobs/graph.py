@@ -164,7 +164,8 @@ class Graph:
                 self._drop(directory)
             return
         if isinstance(decision, Wait):
-            job.apply(StateUpdate(state=JobState.WAITING, reason=decision.reason))
+            # a reason only: no fsync (the record before sbatch is fsynced anyway)
+            job.apply(StateUpdate(state=JobState.WAITING, reason=decision.reason), sync=False)
             return
         assert isinstance(decision, Submit)
         with self._lock:
@@ -226,7 +227,8 @@ def _submit(job: Job, deps: list[tuple[Edge, Job]], decision: Submit) -> None:
             detail="dependencies " + ("held by Slurm: " + text if text else "satisfied"),
             reason="",
             extra={NATIVE_KEY: text},
-        )
+        ),
+        sync=False,  # made durable by the SUBMITTING record, fsynced before sbatch
     )
     assert job.executor is not None
     job.executor.enqueue(job)

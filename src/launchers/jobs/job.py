@@ -160,10 +160,12 @@ class Job:
             except Exception as e:  # a dependent's trouble must not fail this job's record
                 log.error("%s: a watcher failed: %s", self.task_id, e, exc_info=True)
 
-    def apply(self, update: StateUpdate) -> bool:
+    def apply(self, update: StateUpdate, *, sync: bool = True) -> bool:
         """Apply ``update``, write ``state.json`` if anything changed, wake waiters.
 
         A final state is never left for a non-final one (a new attempt uses ``begin_attempt``).
+        ``sync=False`` (a waiting job's reason, docs/design/runtime.md §15): renamed into place
+        without fsync, made durable by the next record write, which always precedes sbatch.
         Returns True when the state changed."""
         with self._cond:
             rec = self._record
@@ -200,7 +202,7 @@ class Job:
             if (new_state is None or new_state is rec.state) and same and not update.detail:
                 return False
             new = rec.transition(new_state, update.detail, **changes)
-            self._write(new)
+            self._write(new, sync=sync)
             changed = new.state is not rec.state
             self._cond.notify_all()
         if changed:
@@ -294,13 +296,17 @@ class Job:
         with self._cond:
             self._unsynced.append(path)
 
-    def _write(self, record: StateRecord) -> None:
+    def _write(self, record: StateRecord, *, sync: bool = True) -> None:
         # Every record is fsynced and renamed; the directory is fsynced for SUBMITTING only
         # (docs/design/runtime.md §4), which also makes the earlier renames in it durable. A later
         # rename lost in a power cut leaves an older record, which reconciliation handles.
         # Files written before (params.json, the WAITING record, job.sh) without fsync are
         # fsynced first, so one group of fsyncs precedes sbatch instead of one per file.
         sync_dir = record.state is JobState.SUBMITTING
+        if not sync and not sync_dir:  # the next synced write makes this one durable too
+            write_record(self.directory, record, sync=False)
+            self._record = record
+            return
         if self._unsynced:
             for path in self._unsynced:
                 with contextlib.suppress(FileNotFoundError):
