@@ -181,7 +181,8 @@ class Graph:
 
 def _native(job: Job, dep: Job) -> bool:
     """Whether Slurm itself can hold ``job`` on ``dep``: the same executor (kind, connector,
-    cluster), one that supports ``--dependency``, and the dependency submitted by us."""
+    cluster), one that supports ``--dependency``, the dependency submitted by us and not
+    resumable."""
     ex = job.executor
     return (
         ex is not None
@@ -189,6 +190,9 @@ def _native(job: Job, dep: Job) -> bool:
         and bool(getattr(ex, "native_dependencies", False))
         and dep.native_id is not None
         and not dep.observer
+        # a resumable dependency may come back as a new Slurm job (§9): Slurm's afterok on the
+        # old id would cancel the dependent; it waits in the client instead
+        and not (dep.task is not None and dep.task.resumable)
     )
 
 
