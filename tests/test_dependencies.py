@@ -154,6 +154,8 @@ def test_bad_input_is_a_task_error(tmp_path: Path) -> None:
         job = command(["true"]).submit()
         with pytest.raises(TaskError, match=r"argv\[1\] is a Job.*\.directory"):
             command(["cat", job])  # type: ignore[list-item]
+        with pytest.raises(TaskError, match=r"env: value of DATA is a Job"):
+            command(["cat"], env={"DATA": job})  # type: ignore[dict-item]
         with pytest.raises(TaskError, match=r"after=\[1\]: str is not a Job"):
             command(["echo"]).submit(after=[job, "train-1"])
         with pytest.raises(TaskError, match="expected a list of jobs"):

@@ -178,6 +178,11 @@ def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
     for k, v in (env or {}).items():
         if not isinstance(k, str) or not _ENV_NAME.match(k):
             raise TaskError(f"env: {k!r} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        if is_job(v):
+            raise TaskError(
+                f"env: value of {k} is a Job: pass its .directory or an output path instead "
+                "(and after=[job] to wait for it)"
+            )
         if not isinstance(v, (str, PurePath)) or isinstance(v, bool):
             raise TaskError(f"env: value of {k} must be a string, not {type(v).__name__}")
         text = str(v)
