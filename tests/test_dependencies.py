@@ -340,3 +340,21 @@ def test_a_job_slurm_cancelled_first_gets_the_dependency_reason(tmp_path: Path) 
     )
     assert dependent.reason == f"dependency {dep.task_id} ended FAILED"
     assert not graph.waiting_for(dependent)
+
+
+def test_a_cancel_from_another_process_reaches_a_held_dependent(tmp_path: Path) -> None:
+    """``launchers cancel`` in another process marks the record; the process holding the
+    dependent ends it when it next decides, and never submits it."""
+    from launchers.jobs.record import write_record
+
+    release = tmp_path / "release"
+    marker = tmp_path / "ran"
+    with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", direct()):
+        gate = command(["sh", "-c", f"while ! test -e {release}; do sleep 0.1; done"]).submit()
+        after = dt.mark(marker, 1).submit(after=[gate])
+        disk = read_record(after.directory)
+        assert disk is not None
+        write_record(after.directory, disk.transition(extra={"cancel_requested": disk.attempt}))
+        release.touch()
+    assert after.state is S.CANCELLED and after.reason == "cancelled on request"
+    assert not marker.exists()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..errors import LaunchersError
 from ..fsutil import atomic_write_json, read_json
 from ..runtime.core import current
 from .depends import (
@@ -33,7 +34,7 @@ from .depends import (
     decide_dependent,
     slurm_dependency,
 )
-from .record import RESULT_JSON, RESULT_PICKLE
+from .record import RESULT_JSON, RESULT_PICKLE, read_record
 from .state import JobState
 from .update import StateUpdate
 
@@ -159,7 +160,7 @@ class Graph:
                 with self._lock:
                     self._drop(directory)
             return
-        if job.state.is_final:  # cancelled meanwhile
+        if job.state.is_final or _cancelled_elsewhere(job):  # cancelled meanwhile
             with self._lock:
                 self._drop(directory)
             return
@@ -194,6 +195,27 @@ def _native(job: Job, dep: Job) -> bool:
         # old id would cancel the dependent; it waits in the client instead
         and not (dep.task is not None and dep.task.resumable)
     )
+
+
+def _cancelled_elsewhere(job: Job) -> bool:
+    """Whether another process (``launchers cancel``) ended or asked to cancel this held job:
+    its ``state.json`` says so. Then it ends here too, and is never submitted."""
+    try:
+        disk = read_record(job.directory)
+    except LaunchersError:
+        return False
+    if disk is None or disk.attempt != job.attempt:
+        return False
+    if disk.state.is_final:
+        job.replace_record(disk)
+        return True
+    if disk.extra.get("cancel_requested") == disk.attempt:
+        job.cancel_requested = True
+        job.apply(
+            StateUpdate(state=JobState.CANCELLED, detail="cancel", reason="cancelled on request")
+        )
+        return True
+    return False
 
 
 def _end(job: Job, decision: End) -> None:
