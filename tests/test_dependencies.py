@@ -358,3 +358,22 @@ def test_a_cancel_from_another_process_reaches_a_held_dependent(tmp_path: Path) 
         release.touch()
     assert after.state is S.CANCELLED and after.reason == "cancelled on request"
     assert not marker.exists()
+
+
+def test_launchers_cancel_of_a_waiting_dependent(tmp_path: Path) -> None:
+    """``launchers cancel`` (another process) of a job held for its dependencies: the holding
+    process ends it within a second, and the command sees it end."""
+    import subprocess
+    import sys
+
+    release = tmp_path / "release"
+    with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", direct()):
+        gate = command(["sh", "-c", f"while ! test -e {release}; do sleep 0.1; done"]).submit()
+        after = command(["echo", "hi"], name="after").submit(after=[gate])
+        out = subprocess.run([sys.executable, "-m", "launchers", "cancel", str(after.directory),
+                              "--timeout", "10"], capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == f"{after.task_id}\tCANCELLED"
+        assert after.state is S.CANCELLED and after.reason == "cancelled on request"
+        release.touch()
+    assert gate.state is S.COMPLETED and not after.stdout_path.exists()

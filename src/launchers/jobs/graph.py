@@ -14,6 +14,7 @@ import base64
 import collections
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,8 @@ log = logging.getLogger("launchers.jobs")
 #: submitted (natively held by Slurm, or re-attached) to end it when a dependency fails.
 SUBMIT = "submit"
 FOLLOW = "follow"
+#: How often the records of held jobs are looked at for another process's cancel (seconds).
+RECORD_CHECK = 1.0
 
 
 @attrs.define
@@ -66,6 +69,8 @@ class Graph:
         self._watched: set[int] = set()
         self._queue: collections.deque[Path] = collections.deque()
         self._draining = False
+        self._watcher: threading.Thread | None = None
+        self._seen: dict[Path, int] = {}
 
     def hold(self, job: Job, deps: list[tuple[Edge, Job]], action: str = SUBMIT) -> None:
         """Hold ``job`` until its dependencies ``deps`` allow it (``SUBMIT``), or follow a job
@@ -78,6 +83,8 @@ class Graph:
                     self._watched.add(id(dep))
                     dep.watch(self._changed)
         self._decide(job.directory)
+        if action == SUBMIT:
+            self._watch_records()
 
     def holds(self, job: Job) -> bool:
         """Whether ``job`` waits here, not submitted yet."""
@@ -107,6 +114,37 @@ class Graph:
 
     # -- reacting to changes --------------------------------------------------------------------
 
+    def _watch_records(self) -> None:
+        """While jobs are held here, look every ``RECORD_CHECK`` s at their ``state.json``
+        (one stat each; read only when it changed): ``launchers cancel`` in another process."""
+        with self._lock:
+            if self._watcher is not None and self._watcher.is_alive():
+                return
+            self._watcher = threading.Thread(
+                target=self._check_records, name="launchers-dependents", daemon=True
+            )
+            self._watcher.start()
+
+    def _check_records(self) -> None:
+        while True:
+            time.sleep(RECORD_CHECK)
+            with self._lock:
+                held = [h.job for h in self._held.values() if h.action == SUBMIT]
+                if not held:
+                    self._watcher = None
+                    return
+            for job in held:
+                try:
+                    mtime = job.paths.state.stat().st_mtime_ns
+                except OSError:
+                    continue
+                if self._seen.get(job.directory) == mtime:
+                    continue
+                self._seen[job.directory] = mtime
+                if _cancelled_elsewhere(job):
+                    with self._lock:
+                        self._drop(job.directory)
+
     def _changed(self, dep: Job) -> None:
         """A watched job changed state: decide its dependents again (any thread; the first
         one drains the queue, so that a chain of ends needs no recursion)."""
@@ -129,6 +167,7 @@ class Graph:
                     log.error("%s: dependency handling failed: %s", dependent, e, exc_info=True)
 
     def _drop(self, directory: Path) -> None:
+        self._seen.pop(directory, None)
         held = self._held.pop(directory, None)
         if held is None:
             return

@@ -338,6 +338,10 @@ class Job:
         self.mark_cancel_requested()
         if self.state.is_final or graph().cancel(self):
             return
+        if self.native_id is None and self._record.extra.get(RECORD_KEY):
+            # held for its dependencies by another process (docs/design/runtime.md §15), which
+            # ends it on seeing the request: follow the record until then
+            self.observer = True
         if self.executor is None:
             self.executor = executor_for_record(self._record)
         self.executor.tracker.request_cancel(self)
