@@ -33,6 +33,7 @@ from .depends import (
     Submit,
     Wait,
     decide_dependent,
+    satisfied,
     slurm_dependency,
 )
 from .record import RESULT_JSON, RESULT_PICKLE, read_record
@@ -57,6 +58,9 @@ class _Held:
     job: Job
     deps: list[tuple[Edge, Job]]
     action: str
+    #: the dependencies not satisfied yet: a satisfied one is final and stays so, and leaves
+    #: the decision unchanged, so each decision reads only these
+    open: list[tuple[Edge, Job]] = attrs.field(factory=list)
 
 
 class Graph:
@@ -76,7 +80,7 @@ class Graph:
         """Hold ``job`` until its dependencies ``deps`` allow it (``SUBMIT``), or follow a job
         already submitted (``FOLLOW``); decided at once, then at each dependency's change."""
         with self._lock:
-            self._held[job.directory] = _Held(job, deps, action)
+            self._held[job.directory] = _Held(job, deps, action, list(deps))
             for _edge, dep in deps:
                 self._dependents.setdefault(dep.directory, set()).add(job.directory)
                 if id(dep) not in self._watched:
@@ -183,12 +187,16 @@ class Graph:
             held = self._held.get(directory)
             if held is None:
                 return
-            job, deps, action = held.job, list(held.deps), held.action
+            job, deps, action, open_ = held.job, list(held.deps), held.action, list(held.open)
         states = [
             DepState(edge, dep.state, dep.native_id if _native(job, dep) else None)
-            for edge, dep in deps
+            for edge, dep in open_
         ]
         decision = decide_dependent(states)
+        with self._lock:
+            held.open = [
+                p for p, st in zip(open_, states, strict=True) if not satisfied(p[0], st.state)
+            ]
         if isinstance(decision, End):
             with self._lock:
                 self._drop(directory)
