@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the names of _LAZY, for type checkers (at run time: __getat
     from .batch.launcher import BatchLauncher as BatchLauncher
     from .config.loader import load_config as load_config
     from .finder.search import find_launcher as find_launcher
+    from .jobs.depends import finished as finished
     from .jobs.experiment import experiment as experiment
     from .jobs.job import Job as Job
     from .jobs.state import JobState as JobState
@@ -56,6 +57,7 @@ _LAZY = {
     "Task": "launchers.jobs.task",
     "experiment": "launchers.jobs.experiment",
     "Job": "launchers.jobs.job",
+    "finished": "launchers.jobs.depends",
     "JobState": "launchers.jobs.state",
 }
 

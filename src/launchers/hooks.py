@@ -32,8 +32,11 @@ class Services(Protocol):
         """The process's executor for ``launcher`` (``launchers.registry.executor_for``)."""
         ...
 
-    def submit_task(self, task: Task, launcher: Launcher | None, *, force: bool) -> Job:
-        """Record ``task``'s job and queue its submission (``Task.submit``)."""
+    def submit_task(
+        self, task: Task, launcher: Launcher | None, *, force: bool, after: Sequence[object] | None
+    ) -> Job:
+        """Record ``task``'s job and queue its submission (``Task.submit``), once every job of
+        ``after`` and of the task's job parameters allows it."""
         ...
 
     def attach(self, task: Task, directory: Path, launcher: Launcher) -> Job:

@@ -8,6 +8,7 @@ Exit status: 0 on success, 1 when the function raised or could not be imported.
 
 from __future__ import annotations
 
+import base64
 import inspect
 import json
 import math
@@ -19,6 +20,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from .fsutil import atomic_write_bytes, atomic_write_json
+from .jobs.depends import INPUTS
 from .jobs.record import ERROR, PARAMS, RESULT_JSON, RESULT_PICKLE
 from .jobs.task import decode_value, resolve_target
 
@@ -72,6 +74,37 @@ def call_with_params(func: Any, params: dict[str, Any]) -> Any:
     return func(*args, **kwargs)
 
 
+class Inputs:
+    """The results of the jobs given as parameters (docs/design/runtime.md §15), from the job
+    directory's ``inputs.json``: a value, a pickle, or the dependency's directory here."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._table: dict[str, Any] | None = None
+
+    def __call__(self, task_id: str) -> Any:
+        if self._table is None:
+            try:
+                self._table = json.loads((self.directory / INPUTS).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise RuntimeError(f"cannot read the inputs of this job: {e}") from None
+        entry = (self._table or {}).get(task_id)
+        if not isinstance(entry, dict):
+            raise RuntimeError(f"no result of {task_id} in {self.directory / INPUTS}")
+        if "value" in entry:
+            return decode_value(entry["value"])
+        if "pickle" in entry:
+            return pickle.loads(base64.b64decode(entry["pickle"]))
+        if "dir" in entry:
+            where = Path(entry["dir"])
+            if (where / RESULT_JSON).exists():
+                return decode_value(json.loads((where / RESULT_JSON).read_text(encoding="utf-8")))
+            if (where / RESULT_PICKLE).exists():
+                return pickle.loads((where / RESULT_PICKLE).read_bytes())
+            raise RuntimeError(f"{task_id} left no result file in {where}")
+        raise RuntimeError(str(entry.get("missing") or f"no result of {task_id}"))
+
+
 def _write_error(directory: Path, exc: BaseException) -> None:
     atomic_write_json(
         directory / ERROR,
@@ -109,8 +142,9 @@ def run(directory: Path) -> int:
         )
         _write_error(directory, e)
         return 1
-    params = {k: decode_value(v) for k, v in (spec.get("params") or {}).items()}
+    inputs = Inputs(directory)
     try:
+        params = {k: decode_value(v, inputs) for k, v in (spec.get("params") or {}).items()}
         value = call_with_params(func, params)
     except BaseException as e:
         traceback.print_exc()

@@ -29,8 +29,10 @@ class DefaultServices:
     def executor_for(self, launcher: Launcher) -> Executor:
         return registry.executor_for(launcher)
 
-    def submit_task(self, task: Task, launcher: Launcher | None, *, force: bool) -> jobs.Job:
-        return jobs.submit_task(task, launcher, force=force)
+    def submit_task(
+        self, task: Task, launcher: Launcher | None, *, force: bool, after: Sequence[object] | None
+    ) -> jobs.Job:
+        return jobs.submit_task(task, launcher, force=force, after=after)
 
     def attach(self, task: Task, directory: Path, launcher: Launcher) -> jobs.Job:
         return jobs.attach(task, directory, launcher)

@@ -91,7 +91,7 @@ class FakeServices:
         self.calls.append(("executor_for", launcher))
         return "an executor"
 
-    def submit_task(self, task: Any, launcher: Any, *, force: bool) -> Any:
+    def submit_task(self, task: Any, launcher: Any, *, force: bool, after: Any = None) -> Any:
         self.calls.append(("submit_task", (task, launcher, force)))
         return "a job"
 

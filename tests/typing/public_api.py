@@ -26,6 +26,7 @@ from launchers import (
     duration,
     experiment,
     find_launcher,
+    finished,
     load_config,
     parse,
     task,
@@ -54,6 +55,7 @@ def functions() -> None:
 
 def values(job: Job, t: Task, fn: TaskFunction) -> None:
     assert_type(t.submit(), Job)
+    assert_type(t.submit(after=[job, finished(job)]), Job)
     assert_type(job.wait(), JobState)
     assert_type(job.state, JobState)
     assert_type(task(print), TaskFunction)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LaunchersError
+from ..jobs.depends import Edge, edges_of, explain
 from ..jobs.record import StateRecord, read_record
 from ..jobs.state import JobState
 from .jobdirs import job_dirs, resolve_job
@@ -97,16 +98,37 @@ def _records(workdir: str) -> list[tuple[Path, StateRecord]]:
 # -- jobs -----------------------------------------------------------------------------------------
 
 
+def _dependencies(record: StateRecord) -> list[tuple[Edge, JobState | None]]:
+    """The edges of a job not final yet, each with its dependency's recorded state
+    (docs/design/runtime.md §15); none for a final job."""
+    if record.state.is_final:
+        return []
+    try:
+        edges = edges_of(record.extra)
+    except LaunchersError:
+        return []
+    out: list[tuple[Edge, JobState | None]] = []
+    for edge in edges:
+        try:
+            dep = read_record(edge.directory)
+        except LaunchersError:
+            dep = None
+        out.append((edge, dep.state if dep is not None else None))
+    return out
+
+
+def _reason(record: StateRecord) -> str:
+    """The reason column: the recorded reason, and for a job that waits for others, each of
+    them with its state (why it is not running)."""
+    reason = (record.reason or "").replace("\n", " ")
+    why = explain(_dependencies(record))
+    return f"{reason}; {why}" if reason and why else reason or why
+
+
 def table(records: list[tuple[Path, StateRecord]]) -> str:
     """The aligned table printed by ``launchers jobs``."""
     rows = [COLUMNS] + [
-        (
-            r.task_id,
-            r.state.value,
-            r.native_id or "-",
-            str(r.attempt),
-            (r.reason or "").replace("\n", " "),
-        )
+        (r.task_id, r.state.value, r.native_id or "-", str(r.attempt), _reason(r))
         for _, r in records
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
@@ -122,19 +144,19 @@ def run_jobs(args: argparse.Namespace) -> int:
         records = _records(args.workdir)
         if args.json:
             for d, r in records:
-                print(
-                    json.dumps(
-                        {
-                            "task_id": r.task_id,
-                            "state": r.state.value,
-                            "native_id": r.native_id,
-                            "attempt": r.attempt,
-                            "reason": r.reason,
-                            "exit_code": r.exit_code,
-                            "directory": str(d),
-                        }
-                    )
-                )
+                row: dict[str, Any] = {
+                    "task_id": r.task_id,
+                    "state": r.state.value,
+                    "native_id": r.native_id,
+                    "attempt": r.attempt,
+                    "reason": r.reason,
+                    "exit_code": r.exit_code,
+                    "directory": str(d),
+                }
+                deps = _dependencies(r)
+                if deps:  # a job that waits for others: each with its state
+                    row["after"] = [{**e.to_json(), "state": st and st.value} for e, st in deps]
+                print(json.dumps(row))
         else:
             if args.watch and sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[2J")

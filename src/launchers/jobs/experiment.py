@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import ExperimentFailed, LaunchersError
 from ..runtime.core import current
+from .depends import FAILED_KEY
 from .progress import wait_with_progress
 from .state import JobState
 
@@ -114,7 +115,19 @@ def _leave(xp: Experiment) -> None:
 
 
 def _failure_message(failed: list[Job]) -> str:
-    lines = [f"{len(failed)} job(s) did not complete:"]
+    # jobs ended because a dependency failed are listed apart (docs/design/runtime.md §15)
+    skipped = [j for j in failed if j.record.extra.get(FAILED_KEY)]
+    own = [j for j in failed if not j.record.extra.get(FAILED_KEY)]
+    lines = [f"{len(own)} job(s) did not complete:"] if own else []
+    lines += _failure_lines(own)
+    if skipped:
+        lines.append(f"{len(skipped)} job(s) did not run because a dependency failed:")
+        lines += _failure_lines(skipped)
+    return "\n".join(lines)
+
+
+def _failure_lines(failed: list[Job]) -> list[str]:
+    lines = []
     for job in failed:
         extra = []
         if job.reason:
@@ -125,7 +138,7 @@ def _failure_message(failed: list[Job]) -> str:
             extra.append(f"exit code {job.exit_code}")
         detail = f" ({'; '.join(extra)})" if extra else ""
         lines.append(f"  {job.task_id}: {job.state.value}{detail} [{job.directory}]")
-    return "\n".join(lines)
+    return lines
 
 
 def experiment(

@@ -15,6 +15,7 @@ import os
 import pickle
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,7 +24,9 @@ from ..fsutil import atomic_write_json, directory_lock, fsync_file, read_json
 from ..jobs.update import StateUpdate
 from ..registry import executor_for_record
 from ..runtime.core import current
+from .depends import FAILED_KEY, NATIVE_KEY, RECORD_KEY, Edge, after_edges, edges_json, merge_edges
 from .experiment import current_experiment
+from .graph import FOLLOW, SUBMIT, graph
 from .proc import ProcessId
 from .record import (
     JobPaths,
@@ -48,6 +51,9 @@ STDERR_TAIL_LINES = 20
 
 class Job:
     """A submitted task: its directory, record and state; ``wait``, ``cancel``, ``result``."""
+
+    #: Marks a job for the values that cannot import this module (``jobs.depends.is_job``).
+    __launchers_job__ = True
 
     def __init__(
         self,
@@ -74,6 +80,10 @@ class Job:
         #: Files written in place but not fsynced yet (``params.json``, ``job.sh``): made durable,
         #: with the directory, by the next record write, before anything reaches a scheduler.
         self._unsynced: list[Path] = []
+        #: Called (from any thread) with this job after each change of state: its dependents.
+        self._watchers: list[Callable[[Job], None]] = []
+        #: The jobs this one waits for, with their edges (docs/design/runtime.md §15).
+        self.dependencies: list[tuple[Edge, Job]] = []
 
     # -- read-only view -----------------------------------------------------------------------
 
@@ -136,16 +146,34 @@ class Job:
 
     # -- changes (executors, tracker) -----------------------------------------------------------
 
-    def apply(self, update: StateUpdate) -> bool:
+    def watch(self, callback: Callable[[Job], None]) -> None:
+        """Call ``callback(self)`` after every change of state (dependents, docs/design/runtime.md §15)."""
+        with self._cond:
+            self._watchers.append(callback)
+
+    def _notify(self) -> None:
+        with self._cond:
+            watchers = list(self._watchers)
+        for callback in watchers:
+            try:
+                callback(self)
+            except Exception as e:  # a dependent's trouble must not fail this job's record
+                log.error("%s: a watcher failed: %s", self.task_id, e, exc_info=True)
+
+    def apply(self, update: StateUpdate, *, sync: bool = True) -> bool:
         """Apply ``update``, write ``state.json`` if anything changed, wake waiters.
 
         A final state is never left for a non-final one (a new attempt uses ``begin_attempt``).
+        ``sync=False`` (a waiting job's reason, docs/design/runtime.md §15): renamed into place
+        without fsync, made durable by the next record write, which always precedes sbatch.
         Returns True when the state changed."""
         with self._cond:
             rec = self._record
             new_state = update.state
             if new_state is not None and rec.state.is_final and not new_state.is_final:
                 return False
+            if rec.state.is_final and rec.extra.get(FAILED_KEY):
+                return False  # ended for a dependency: what Slurm says of it later changes nothing
             if new_state is not None and new_state.is_final and new_state is not rec.state:
                 settled = self._settled_elsewhere(update)
                 if settled is not None:
@@ -174,13 +202,14 @@ class Job:
             if (new_state is None or new_state is rec.state) and same and not update.detail:
                 return False
             new = rec.transition(new_state, update.detail, **changes)
-            self._write(new)
+            self._write(new, sync=sync)
             changed = new.state is not rec.state
             self._cond.notify_all()
         if changed:
             log.debug(
                 "%s: %s -> %s %s", self.task_id, rec.state.value, new.state.value, update.detail
             )
+            self._notify()
         return changed
 
     def _settled_elsewhere(self, update: StateUpdate) -> StateRecord | StateUpdate | None:
@@ -236,15 +265,19 @@ class Job:
             )
             self.cancel_requested = False
             self._cond.notify_all()
+        self._notify()
 
     def replace_record(self, record: StateRecord, *, write: bool = False) -> None:
         """Adopt ``record`` (read from disk by an observer, or rebuilt); wakes waiters."""
         with self._cond:
+            before = self._record.state
             if write:
                 self._write(record)
             else:
                 self._record = record
             self._cond.notify_all()
+        if record.state is not before:
+            self._notify()
 
     def refresh(self) -> bool:
         """Re-read ``state.json`` (observers); True when the state changed."""
@@ -263,13 +296,17 @@ class Job:
         with self._cond:
             self._unsynced.append(path)
 
-    def _write(self, record: StateRecord) -> None:
+    def _write(self, record: StateRecord, *, sync: bool = True) -> None:
         # Every record is fsynced and renamed; the directory is fsynced for SUBMITTING only
         # (docs/design/runtime.md §4), which also makes the earlier renames in it durable. A later
         # rename lost in a power cut leaves an older record, which reconciliation handles.
         # Files written before (params.json, the WAITING record, job.sh) without fsync are
         # fsynced first, so one group of fsyncs precedes sbatch instead of one per file.
         sync_dir = record.state is JobState.SUBMITTING
+        if not sync and not sync_dir:  # the next synced write makes this one durable too
+            write_record(self.directory, record, sync=False)
+            self._record = record
+            return
         if self._unsynced:
             for path in self._unsynced:
                 with contextlib.suppress(FileNotFoundError):
@@ -299,15 +336,24 @@ class Job:
         if self.state.is_final:
             return
         self.mark_cancel_requested()
-        if self.state.is_final:
+        if self.state.is_final or graph().cancel(self):
             return
+        if self.native_id is None and self._record.extra.get(RECORD_KEY):
+            # held for its dependencies by another process (docs/design/runtime.md §15), which
+            # ends it on seeing the request: follow the record until then
+            self.observer = True
         if self.executor is None:
             self.executor = executor_for_record(self._record)
         self.executor.tracker.request_cancel(self)
 
     def take_over(self) -> str | None:
-        """Observers whose owner died: claim the submission if still needed (``take_over``)."""
-        return take_over(self)
+        """Observers whose owner died: claim the submission if still needed (``take_over``); a
+        job with dependencies is then held until they allow it (None: nothing to enqueue)."""
+        action = take_over(self)
+        if action == "submit" and self.dependencies:
+            graph().hold(self, self.dependencies, SUBMIT)
+            return None
+        return action
 
     def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
         """The last ``lines`` lines of ``job.err`` ("" when absent)."""
@@ -414,8 +460,16 @@ def registered_job(directory: Path) -> Job | None:
         return cast("Job | None", runtime.jobs.get(directory))
 
 
-def submit_task(task: Task, launcher: Launcher | None = None, *, force: bool = False) -> Job:
-    """``Task.submit``: record the job under ``.lock`` and queue its submission (docs/design/runtime.md §1, §2)."""
+def submit_task(
+    task: Task,
+    launcher: Launcher | None = None,
+    *,
+    force: bool = False,
+    after: Sequence[object] | None = None,
+) -> Job:
+    """``Task.submit``: record the job under ``.lock`` and queue its submission (docs/design/runtime.md §1, §2);
+    with dependencies (``after``, job parameters) held until they allow it (§15)."""
+    deps = dependencies_of(task, after)
     xp = current_experiment()
     if launcher is None and xp is not None:
         launcher = xp.launcher
@@ -454,11 +508,37 @@ def submit_task(task: Task, launcher: Launcher | None = None, *, force: bool = F
             )
         executor = launcher.executor()
         job = _attach(
-            task, directory, launcher, executor, force=force, rerun_failed=xp.rerun_failed
+            task,
+            directory,
+            launcher,
+            executor,
+            force=force,
+            rerun_failed=xp.rerun_failed,
+            deps=deps,
         )
         runtime.jobs[directory] = job
     xp.add(job)
     return job
+
+
+def dependencies_of(task: Task, after: Sequence[object] | None) -> list[tuple[Edge, Job]]:
+    """The dependencies of ``task``: ``after=`` (jobs, ``finished(job)``) and its job
+    parameters (inputs), one edge per job (docs/design/runtime.md §15); ``TaskError`` for anything
+    else in ``after``. A job of another experiment directory is allowed: the edge keeps its
+    absolute directory."""
+    pairs = after_edges(after)
+    for dep in task.inputs:
+        pairs.append((Edge(dep.task_id, str(dep.directory), input=True), dep))
+    return merge_edges(pairs)
+
+
+def _stale(record: StateRecord, extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` plus the clearing of a previous attempt's dependency keys it does not set."""
+    out = dict(extra)
+    for key in (RECORD_KEY, NATIVE_KEY, FAILED_KEY):
+        if record.extra.get(key) is not None and key not in out:
+            out[key] = None
+    return out
 
 
 def _attach(
@@ -469,11 +549,15 @@ def _attach(
     *,
     force: bool,
     rerun_failed: bool,
+    deps: list[tuple[Edge, Job]] | None = None,
 ) -> Job:
     paths = JobPaths(directory)
     executor.validate(launcher, task)
     directory.mkdir(parents=True, exist_ok=True)
-    me = {"owner": ProcessId.current().to_json()}
+    deps = deps or []
+    me: dict[str, Any] = {"owner": ProcessId.current().to_json()}
+    if deps:
+        me[RECORD_KEY] = edges_json(e for e, _j in deps)
     info = launcher_info(launcher)
     deferred: list[Path] = []
     with directory_lock(paths.lock):
@@ -504,7 +588,7 @@ def _attach(
                     action = "observe"
                 else:
                     action = "submit" if record.state is JobState.WAITING else "reconcile"
-                    record = record.transition(launcher=info, extra=me)
+                    record = record.transition(launcher=info, extra=_stale(record, me))
                     write_record(directory, record)
             else:
                 action = "track"
@@ -515,18 +599,27 @@ def _attach(
                 atomic_write_json(paths.params, task.params_json())
             cause = "forced re-run" if force else f"re-run after {record.state.value}"
             archive_attempt(directory, record.attempt)
-            record = record.next_attempt(cause).transition(launcher=info, extra=me)
+            record = record.next_attempt(cause).transition(launcher=info, extra=_stale(record, me))
             write_record(directory, record)
     job = Job(task, directory, record, launcher=launcher, executor=executor)
+    job.dependencies = list(deps)
     for path in deferred:
         job.defer_sync(path)
-    if action == "submit":
+    if action == "submit" and deps:
+        graph().hold(job, deps, SUBMIT)
+    elif action == "submit":
         executor.enqueue(job)
     elif action == "reconcile":
+        # decided before the crash (--dependency recorded): reconcile, and still follow the
+        # dependencies so that a failure ends it (docs/design/runtime.md §15)
         executor.enqueue(job, reconcile=True)
+        if deps:
+            graph().hold(job, deps, FOLLOW)
     elif action in ("track", "observe"):
         job.observer = action == "observe"
         executor.track(job)
+        if deps and action == "track":
+            graph().hold(job, deps, FOLLOW)
     return job
 
 

@@ -25,6 +25,7 @@ from ..config.environment import EMPTY, Environment
 from ..config.environment_read import coerce
 from ..errors import TaskError
 from ..hooks import services
+from .depends import JOB_KEY, is_job
 
 if TYPE_CHECKING:
     from .job import Job
@@ -44,8 +45,14 @@ def sanitize_name(name: str) -> str:
     return clean
 
 
-def encode_value(value: Any, where: str) -> Any:
-    """A parameter as canonical JSON data (``Path`` -> ``{"$path": ...}``), else ``TaskError``."""
+def encode_value(value: Any, where: str, jobs: list[Any] | None = None) -> Any:
+    """A parameter as canonical JSON data (``Path`` -> ``{"$path": ...}``), else ``TaskError``.
+
+    With ``jobs`` given, a submitted ``Job`` becomes ``{"$job": "NAME-DIGEST"}`` (its task id is
+    part of the identity) and is appended to ``jobs`` (docs/design/runtime.md §15)."""
+    if jobs is not None and is_job(value):
+        jobs.append(value)
+        return {JOB_KEY: value.task_id}
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
@@ -59,7 +66,7 @@ def encode_value(value: Any, where: str) -> Any:
     if isinstance(value, PurePath):
         return {"$path": str(value)}
     if isinstance(value, (list, tuple)):
-        return [encode_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [encode_value(v, f"{where}[{i}]", jobs) for i, v in enumerate(value)]
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
@@ -67,25 +74,41 @@ def encode_value(value: Any, where: str) -> Any:
                 raise TaskError(
                     f"parameter {where}: key {k!r} is not a string (JSON objects have string keys)"
                 )
-            if k == "$path" and len(value) == 1:
+            if k in ("$path", JOB_KEY) and len(value) == 1:
                 raise TaskError(
-                    f"parameter {where}: a mapping with the single key '$path' is reserved for paths"
+                    f"parameter {where}: a mapping with the single key {k!r} is reserved "
+                    f"for {'paths' if k == '$path' else 'jobs'}"
                 )
-            out[k] = encode_value(v, f"{where}[{k!r}]")
+            out[k] = encode_value(v, f"{where}[{k!r}]", jobs)
         return out
+    if is_job(value):
+        raise TaskError(f"parameter {where}: a Job cannot be given here")
+    if type(value).__name__ == "Finished":
+        raise TaskError(
+            f"parameter {where}: finished(job) belongs in submit(after=[...]); "
+            "a parameter takes the job itself (and receives its result)"
+        )
     raise TaskError(
         f"parameter {where}: a value of type {type(value).__name__} is not a JSON value or pathlib.Path"
     )
 
 
-def decode_value(value: Any) -> Any:
-    """The inverse of ``encode_value`` (``{"$path": p}`` -> ``pathlib.Path(p)``)."""
+def decode_value(value: Any, job_value: Callable[[str], Any] | None = None) -> Any:
+    """The inverse of ``encode_value`` (``{"$path": p}`` -> ``pathlib.Path(p)``); with
+    ``job_value``, ``{"$job": id}`` -> ``job_value(id)`` (the dependency's result)."""
     if isinstance(value, list):
-        return [decode_value(v) for v in value]
+        return [decode_value(v, job_value) for v in value]
     if isinstance(value, dict):
         if len(value) == 1 and "$path" in value and isinstance(value["$path"], str):
             return Path(value["$path"])
-        return {k: decode_value(v) for k, v in value.items()}
+        if (
+            job_value is not None
+            and len(value) == 1
+            and JOB_KEY in value
+            and isinstance(value[JOB_KEY], str)
+        ):
+            return job_value(value[JOB_KEY])
+        return {k: decode_value(v, job_value) for k, v in value.items()}
     return value
 
 
@@ -110,6 +133,8 @@ class Task:
     #: ``environment:`` of this task (over the launcher's; docs/configuration.md, Environment);
     #: not in the digest, like the launcher's settings
     environment: Environment = EMPTY
+    #: the submitted ``Job``s used as parameters (implicit dependencies, docs/design/runtime.md §15)
+    inputs: tuple[Any, ...] = attrs.field(default=(), eq=False, hash=False, repr=False)
 
     def identity(self) -> dict[str, Any]:
         """``{kind, target, params, env, cwd}``: what the digest covers (and params.json holds)."""
@@ -142,12 +167,15 @@ class Task:
         the digest covers (the name is the directory's parent; resumable lives in the script)."""
         return self.identity()
 
-    def submit(self, launcher: Any = None, *, force: bool = False) -> Job:
+    def submit(
+        self, launcher: Any = None, *, force: bool = False, after: Sequence[Any] | None = None
+    ) -> Job:
         """Record the job and queue its submission (does not wait for the scheduler).
 
         Uses ``launcher``, else the current experiment's. A task already submitted in this
-        process returns the same ``Job``; a finished directory is re-attached (docs/design/runtime.md §2)."""
-        return services().submit_task(self, launcher, force=force)
+        process returns the same ``Job``; a finished directory is re-attached (docs/design/runtime.md §2).
+        ``after``: jobs (or ``finished(job)``) that must end first (docs/design/runtime.md §15)."""
+        return services().submit_task(self, launcher, force=force, after=after)
 
 
 def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
@@ -155,6 +183,11 @@ def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
     for k, v in (env or {}).items():
         if not isinstance(k, str) or not _ENV_NAME.match(k):
             raise TaskError(f"env: {k!r} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        if is_job(v):
+            raise TaskError(
+                f"env: value of {k} is a Job: pass its .directory or an output path instead "
+                "(and after=[job] to wait for it)"
+            )
         if not isinstance(v, (str, PurePath)) or isinstance(v, bool):
             raise TaskError(f"env: value of {k} must be a string, not {type(v).__name__}")
         text = str(v)
@@ -200,6 +233,11 @@ def command(
     for i, w in enumerate(argv):
         if isinstance(w, PurePath):
             w = str(w)
+        if is_job(w):
+            raise TaskError(
+                f"command: argv[{i}] is a Job: a command line cannot receive a job's result; "
+                "pass its .directory or an output path instead (and after=[job] to wait for it)"
+            )
         if not isinstance(w, str):
             raise TaskError(f"command: argv[{i}] is a {type(w).__name__}, not a string")
         if "\0" in w:
@@ -291,7 +329,8 @@ class TaskFunction:
         except TypeError as e:
             raise TaskError(f"{self.qualname}: {e}") from None
         bound.apply_defaults()
-        params = {k: encode_value(v, k) for k, v in bound.arguments.items()}
+        jobs: list[Any] = []
+        params = {k: encode_value(v, k, jobs) for k, v in bound.arguments.items()}
         return Task(
             kind=KIND_CALLABLE,
             target=self.target,
@@ -301,6 +340,7 @@ class TaskFunction:
             name=sanitize_name(self.name or self.qualname),
             resumable=self.resumable,
             environment=self.environment,
+            inputs=tuple(jobs),
         )
 
     def run(self, *args: Any, **kwargs: Any) -> Any:

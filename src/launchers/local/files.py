@@ -103,6 +103,9 @@ class ConnectorJobFiles(JobFiles):
         connector = self.connector()
         await connector.write_file(f"{where}/job.sh", script.encode(), mode=0o755)
         await connector.write_file(f"{where}/params.json", job.paths.params.read_bytes())
+        inputs = job.directory / "inputs.json"  # a dependent's inputs: docs/design/runtime.md §15
+        if inputs.exists():
+            await connector.write_file(f"{where}/inputs.json", inputs.read_bytes())
 
     async def fetch(self, job: JobHandle, where: str) -> None:
         await fetch_outputs(self.connector(), where, job.directory, max_bytes=None, log=log)

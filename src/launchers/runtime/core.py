@@ -68,6 +68,9 @@ class Runtime:
         self.payloads_lock = threading.Lock()
         #: tuning class -> the value set with ``tune`` (others read their defaults)
         self.tunings: dict[type, Any] = {}
+        #: the dependents held until their dependencies allow them (``jobs.graph``)
+        self.dependencies: Any = None
+        self.dependencies_lock = threading.Lock()
 
     def tuned(self, cls: type[T]) -> T:
         """The tuning value of type ``cls`` (e.g. ``slurm.settings.SlurmTuning``): the one set
@@ -130,6 +133,8 @@ class Runtime:
         with self.payloads_lock:
             self.payloads.clear()
         self.tunings.clear()
+        with self.dependencies_lock:
+            self.dependencies = None
         for module_name, function in CACHE_CLEARERS:
             module = sys.modules.get(module_name)
             if module is not None:

@@ -75,6 +75,9 @@ class Executor(abc.ABC):
     poll_max: float = 60.0
     #: Period of ``fast_poll`` in seconds, or None for no fast checks.
     fast_interval: float | None = None
+    #: Whether the scheduler can hold a dependent on a job of this same executor itself
+    #: (Slurm's ``--dependency``, docs/design/runtime.md §15); else dependents wait in the client.
+    native_dependencies: bool = False
     #: ``time.monotonic()`` when the last submission ended: the tracker defers polls in bursts
     last_submitted: float = float("-inf")
 

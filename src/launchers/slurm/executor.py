@@ -27,6 +27,7 @@ from ..config.environment import requested_gpus
 from ..connectors.base import Connector
 from ..connectors.registry import get_connector
 from ..errors import LaunchersError, ScriptError
+from ..jobs.depends import NATIVE_KEY, slurm_directives
 from ..jobs.state import JobState
 from ..jobs.update import StateUpdate
 from ..runtime.core import current
@@ -80,6 +81,8 @@ class SlurmExecutor(Executor):
     """Runs jobs of Slurm launchers sharing one connector and cluster."""
 
     kind = "slurm"
+    #: a dependent on a job of this executor is submitted at once with ``--dependency``
+    native_dependencies = True
 
     def __init__(
         self,
@@ -225,6 +228,8 @@ class SlurmExecutor(Executor):
             attempt=job.attempt,
             default_python=sys.executable if self.is_local else "python3",
             gpus=requested_gpus(launcher),
+            # a dependent held by Slurm itself (docs/design/runtime.md §15)
+            extra_directives=tuple(slurm_directives(job.record.extra.get(NATIVE_KEY))),
         )
         return self._script(job, launcher, spec)
 
@@ -246,7 +251,8 @@ class SlurmExecutor(Executor):
         """Collect jobs inside ``array()`` blocks; otherwise as every executor."""
         self._learn_cluster(job)
         bucket = self.arrays.bucket()
-        if bucket is not None and not reconcile and job.launcher is not None:
+        native = job.record.extra.get(NATIVE_KEY)
+        if bucket is not None and not reconcile and job.launcher is not None and not native:
             bucket.append(job)
             return
         super().enqueue(job, reconcile=reconcile)

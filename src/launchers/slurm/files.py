@@ -66,9 +66,10 @@ class JobFiles:
             remote = remote_job_dir(base, Path(job.directory), named=True)
         job.runtime["remote_dir"] = remote
         await self.connector.mkdir(remote)
-        params = Path(job.directory) / "params.json"
-        if params.exists():
-            await self.connector.write_file(f"{remote}/params.json", params.read_bytes())
+        for name in ("params.json", "inputs.json"):  # inputs: docs/design/runtime.md §15
+            local = Path(job.directory) / name
+            if local.exists():
+                await self.connector.write_file(f"{remote}/{name}", local.read_bytes())
         return str(remote)
 
     async def write(

@@ -183,10 +183,12 @@ def job_script_spec(
     attempt: int = 1,
     default_python: str = "python3",
     gpus: int = 0,
+    extra_directives: tuple[str, ...] = (),
 ) -> ScriptSpec:
     """What ``job.sh`` of ``task``'s attempt ``attempt`` contains on a Slurm group: the
     command, or ``PYTHON -m launchers.run JOB_DIR`` for a callable; the settings' options,
-    variables and ``environment:`` merged with the task's (docs/design/runtime.md §3)."""
+    variables and ``environment:`` merged with the task's (docs/design/runtime.md §3);
+    ``extra_directives`` follow the settings' (a dependent held by Slurm, §15)."""
     block, env = for_job(settings.env, task.env, settings.environment, task.environment)
     python = callable_python(block, settings.python, default_python)
     if task.kind == "command":
@@ -204,7 +206,7 @@ def job_script_spec(
         cwd=task.cwd,
         export=settings.export,
         env=env,
-        directives=settings.directives,
+        directives=(*settings.directives, *extra_directives),
         sbatch_options=settings.sbatch_options,
         resumable=bool(task.resumable),
         max_requeues=settings.max_requeues,
