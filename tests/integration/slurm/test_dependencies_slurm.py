@@ -18,16 +18,15 @@ from typing import Any
 
 import pytest
 
-import test_dependencies_tasks as dt
+import dependencies_tasks as dt
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
 from launchers.config.loader import load_config
 from launchers.config.model import LocalGroup, SlurmGroup
 from launchers.connectors import registry
 from launchers.local.launcher import DirectLauncher
 from launchers.runtime.core import current as current_runtime
+from paths import SRC, TESTS, job_pythonpath
 
-TESTS = Path(__file__).parent
-SRC = TESTS.parent / "src"
 S = JobState
 
 pytestmark = pytest.mark.slurm
@@ -48,7 +47,7 @@ def cluster(
     slurm_cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> Iterator[dict[str, str]]:
     monkeypatch.setenv("SLURM_CONF", slurm_cluster["SLURM_CONF"])
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(SRC)]))
+    monkeypatch.setenv("PYTHONPATH", job_pythonpath(SRC))
     monkeypatch.setenv("LAUNCHERS_STATE_DIR", str(tmp_path / "state"))
     current_runtime().forget_executors("slurm")
     yield slurm_cluster

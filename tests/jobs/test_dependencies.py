@@ -5,15 +5,14 @@ reruns, another experiment directory). The real Slurm's side: test_dependencies_
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import dependencies_tasks as dt
 import launchers
-import test_dependencies_tasks as dt
 from launchers import command, experiment
 from launchers.config.model import LocalGroup
 from launchers.errors import ExperimentFailed, TaskError
@@ -35,16 +34,16 @@ from launchers.jobs.depends import (
 from launchers.jobs.record import read_record
 from launchers.jobs.state import JobState
 from launchers.local.launcher import DirectLauncher
+from paths import job_pythonpath
 
-TESTS = Path(__file__).parent
 S = JobState
 
 
 @pytest.fixture(autouse=True)
 def _job_pythonpath(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Jobs import ``test_dependencies_tasks`` and ``launchers`` like this process does."""
+    """Jobs import ``dependencies_tasks`` and ``launchers`` like this process does."""
     src = Path(launchers.__file__).parent.parent
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(src)]))
+    monkeypatch.setenv("PYTHONPATH", job_pythonpath(src))
     monkeypatch.setenv("LAUNCHERS_STATE_DIR", str(tmp_path / "state"))
 
 
