@@ -188,7 +188,7 @@ def job_script_spec(
     """What ``job.sh`` of ``task``'s attempt ``attempt`` contains on a Slurm group: the
     command, or ``PYTHON -m launchers.run JOB_DIR`` for a callable; the settings' options,
     variables and ``environment:`` merged with the task's (docs/design/runtime.md §3);
-    ``extra_directives`` follow the settings' (a dependent held by Slurm, §15)."""
+    ``extra_directives`` follow the settings' (a dependent held by Slurm, docs/design/runtime.md §15)."""
     block, env = for_job(settings.env, task.env, settings.environment, task.environment)
     python = callable_python(block, settings.python, default_python)
     if task.kind == "command":
