@@ -346,8 +346,11 @@ class StoreQueue(abc.ABC):
         )
         pending, running, done = (entry_names(x or []) for x in lists)
         done_ids = [n[:-5] for n in done if n.endswith(".json")]
-        running_ids = [n[:-5] for n in running if n.endswith(".json")]
-        self._done = {t: e for t, e in self._done.items() if t in set(done_ids)}
+        finished = set(done_ids)
+        # a claim whose result is already in done/ is over: a runner writes done/ before it
+        # removes running/ where the API cannot rename, and a listing may fall between the two
+        running_ids = [n[:-5] for n in running if n.endswith(".json") and n[:-5] not in finished]
+        self._done = {t: e for t, e in self._done.items() if t in finished}
         new_done = [t for t in done_ids if t not in self._done]
         # a claim is read when it appears (a re-claim passes through pending/ and appears again)
         self._running = {t: e for t, e in self._running.items() if t in set(running_ids)}
