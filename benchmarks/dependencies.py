@@ -26,6 +26,7 @@ without ``--dependency`` (held jobs, cancelled after).
 
     python benchmarks/dependencies.py [--scenario both|empty|varied] [--order stages|interleaved|both]
         [--pre 10] [--width 100] [--varied-pre 10] [--varied-width 10] [--probe 100] [--json out.json]
+    python benchmarks/dependencies.py --fan-in 1000    # the client alone: one dependent of 1,000 jobs
 
 Uses the cluster of ``$SLURM_CONF`` (default: the sandbox in /tmp/slurm-sandbox).
 """
@@ -222,6 +223,39 @@ def sbatch_probe(n: int, workdir: Path) -> dict[str, float]:
     }
 
 
+def fan_in(n: int) -> float:
+    """Client CPU seconds (no Slurm) of one dependent held on ``n`` jobs while each of them goes
+    SUBMITTING -> PENDING -> RUNNING -> COMPLETED (all but the last): the graph's cost per
+    change, records included."""
+    from launchers.jobs.depends import Edge
+    from launchers.jobs.graph import Graph
+    from launchers.jobs.job import Job
+    from launchers.jobs.record import StateRecord, write_record
+    from launchers.jobs.state import JobState
+    from launchers.jobs.update import StateUpdate
+
+    with tempfile.TemporaryDirectory(prefix="bench-fanin-") as tmp:
+
+        def job(name: str, state: JobState) -> Job:
+            d = Path(tmp) / name
+            d.mkdir()
+            record = StateRecord(task_id=f"{name}-0123456789abcdef", state=state)
+            write_record(d, record, sync=False)
+            return Job(None, d, record)
+
+        deps = [job(f"train{i}", JobState.SUBMITTING) for i in range(n)]
+        dependent = job("summary", JobState.WAITING)
+        graph = Graph()
+        graph.hold(dependent, [(Edge(d.task_id, str(d.directory)), d) for d in deps])
+        t0 = time.process_time()
+        for state in (JobState.PENDING, JobState.RUNNING, JobState.COMPLETED):
+            for d in deps[:-1]:
+                d.apply(StateUpdate(state=state), sync=False)
+        cpu = time.process_time() - t0
+        graph.cancel(dependent)
+    return cpu
+
+
 def _line(r: dict[str, Any]) -> str:
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v:.0f} ms"
@@ -251,8 +285,20 @@ def main() -> int:
     ap.add_argument("--varied-pre", type=int, default=10, help="varied: preprocess jobs (10)")
     ap.add_argument("--varied-width", type=int, default=10, help="varied: trainings each (10)")
     ap.add_argument("--probe", type=int, default=100, help="serial sbatch calls per kind (100)")
+    ap.add_argument(
+        "--fan-in",
+        type=int,
+        metavar="N",
+        help="only the client's CPU for one dependent of N jobs through their changes (no Slurm)",
+    )
     ap.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     args = ap.parse_args()
+    if args.fan_in:
+        print(
+            f"one dependent of {args.fan_in} jobs, {3 * (args.fan_in - 1)} changes of them: "
+            f"{fan_in(args.fan_in):.2f} s of client CPU"
+        )
+        return 0
     os.environ.setdefault("SLURM_CONF", "/tmp/slurm-sandbox/etc/slurm.conf")
     quiet_controller(2000, 300)
     natives = {"stages": ["native"], "interleaved": ["native-interleaved"]}.get(
