@@ -430,25 +430,35 @@ def test_a_waiting_dependents_newer_reasons_are_written_once_a_second(
         real_write(directory, record, **kw)
 
     monkeypatch.setattr(job_module, "write_record", counting)
+    check = Graph._watch_records
+    monkeypatch.setattr(Graph, "_watch_records", lambda self: None)  # the check, by hand first
     graph = Graph()
     graph.hold(dependent, [(Edge(d.task_id, str(d.directory)), d) for d in deps])
     first = f"waiting for {deps[0].task_id} (PENDING) and 19 more"
     assert dependent.reason == first == read_record(dependent.directory).reason  # type: ignore[union-attr]
-    for d in deps[:10]:
+    for d in deps[:10]:  # 20 changes, 20 new reasons
         d.apply(StateUpdate(state=S.RUNNING))
         d.apply(StateUpdate(state=S.COMPLETED))
     newest = f"waiting for {deps[10].task_id} (PENDING) and 9 more"
     assert dependent.reason == newest  # in memory at once
-    deadline = time.monotonic() + 10
-    while read_record(dependent.directory).reason != newest and time.monotonic() < deadline:  # type: ignore[union-attr]
-        time.sleep(0.02)
+    assert writes.count(dependent.directory) == 1  # the first reason only
+    assert read_record(dependent.directory).reason == first  # type: ignore[union-attr]
+    assert dependent.write_pending() and not dependent.write_pending()  # what the check does
     assert read_record(dependent.directory).reason == newest  # type: ignore[union-attr]
-    assert writes.count(dependent.directory) <= 3  # the first, then one per check at most
+    assert writes.count(dependent.directory) == 2
+    monkeypatch.setattr(Graph, "_watch_records", check)
+    graph._watch_records()  # the real check, every RECORD_CHECK s, from now on
+    deps[10].apply(StateUpdate(state=S.RUNNING))
+    running = f"waiting for {deps[10].task_id} (RUNNING) and 9 more"
+    deadline = time.monotonic() + 10
+    while read_record(dependent.directory).reason != running and time.monotonic() < deadline:  # type: ignore[union-attr]
+        time.sleep(0.02)
+    assert read_record(dependent.directory).reason == running  # type: ignore[union-attr]
     # another process asks for a cancel: a newer reason never overwrites its mark
     disk = read_record(dependent.directory)
     assert disk is not None
     write_record(dependent.directory, disk.transition(extra={"cancel_requested": disk.attempt}))
-    deps[10].apply(StateUpdate(state=S.RUNNING))
+    deps[10].apply(StateUpdate(state=S.COMPLETED))
     assert not dependent.write_pending()
     deadline = time.monotonic() + 10
     while dependent.state is not S.CANCELLED and time.monotonic() < deadline:

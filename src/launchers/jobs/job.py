@@ -303,6 +303,8 @@ class Job:
         """Write the record kept in memory by ``apply(write=False)`` (without fsync), unless
         another process recorded an end or a cancel request meanwhile (``launchers cancel``:
         its mark is kept, the caller's check of the record sees it). True when written."""
+        if not self._unwritten:  # the common case: no lock file opened
+            return False
         with directory_lock(self.paths.lock), self._cond:
             if not self._unwritten:
                 return False
