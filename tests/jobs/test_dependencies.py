@@ -25,9 +25,12 @@ from launchers.jobs.depends import (
     Submit,
     Wait,
     decide_dependent,
+    decide_tally,
     edges_of,
     finished,
+    held_by_slurm,
     merge_edges,
+    satisfied,
     slurm_dependency,
     slurm_directives,
 )
@@ -100,6 +103,22 @@ DECISIONS: list[tuple[str, list[DepState], Any]] = [
 )
 def test_decide_dependent(deps: list[DepState], expected: Any) -> None:
     assert decide_dependent(deps) == expected
+
+
+@pytest.mark.parametrize(
+    ("deps", "expected"), [d[1:] for d in DECISIONS], ids=[d[0] for d in DECISIONS]
+)
+def test_decide_tally_agrees(deps: list[DepState], expected: Any) -> None:
+    """The graph's incremental form (the open dependencies kept by index, one change read at
+    a time) decides as ``decide_dependent`` does over all of them, whatever changed last."""
+    open_ = {i: d for i, d in enumerate(deps) if not satisfied(d.edge, d.state)}
+    waiting = {i for i, d in open_.items() if not held_by_slurm(d)}
+    assert decide_tally(deps, open_, waiting) == expected
+    broken_ = [d for d in deps if isinstance(decide_dependent([d]), End)]
+    for d in deps:  # told of one change only: ends only for that one's failure
+        assert decide_tally([d], open_, waiting) == (
+            expected if not broken_ or d is broken_[0] else decide_tally([], open_, waiting)
+        )
 
 
 def test_slurm_dependency_text() -> None:
@@ -376,3 +395,73 @@ def test_launchers_cancel_of_a_waiting_dependent(tmp_path: Path) -> None:
         assert after.state is S.CANCELLED and after.reason == "cancelled on request"
         release.touch()
     assert gate.state is S.COMPLETED and not after.stdout_path.exists()
+
+
+def test_a_waiting_dependents_newer_reasons_are_written_once_a_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dependent of N jobs is decided again at each of their changes: its first reason is
+    written at once, the newer ones are kept in memory and written by the graph's record check
+    (at most once per RECORD_CHECK s), so a fan-in of N costs no N record writes of N edges;
+    a cancel another process recorded meanwhile is never overwritten."""
+    import launchers.jobs.job as job_module
+    from launchers.jobs import graph as graph_module
+    from launchers.jobs.graph import Graph
+    from launchers.jobs.job import Job
+    from launchers.jobs.record import StateRecord, write_record
+    from launchers.jobs.update import StateUpdate
+
+    monkeypatch.setattr(graph_module, "RECORD_CHECK", 0.05)
+
+    def job(name: str, state: S) -> Job:
+        d = tmp_path / name
+        d.mkdir()
+        record = StateRecord(task_id=f"{name}-0123456789abcdef", state=state)
+        write_record(d, record)
+        return Job(None, d, record)
+
+    deps = [job(f"dep{i}", S.PENDING) for i in range(20)]
+    dependent = job("dependent", S.WAITING)
+    writes: list[Path] = []
+    real_write = job_module.write_record
+
+    def counting(directory: Any, record: Any, **kw: Any) -> None:
+        writes.append(Path(directory))
+        real_write(directory, record, **kw)
+
+    monkeypatch.setattr(job_module, "write_record", counting)
+    check = Graph._watch_records
+    monkeypatch.setattr(Graph, "_watch_records", lambda self: None)  # the check, by hand first
+    graph = Graph()
+    graph.hold(dependent, [(Edge(d.task_id, str(d.directory)), d) for d in deps])
+    first = f"waiting for {deps[0].task_id} (PENDING) and 19 more"
+    assert dependent.reason == first == read_record(dependent.directory).reason  # type: ignore[union-attr]
+    for d in deps[:10]:  # 20 changes, 20 new reasons
+        d.apply(StateUpdate(state=S.RUNNING))
+        d.apply(StateUpdate(state=S.COMPLETED))
+    newest = f"waiting for {deps[10].task_id} (PENDING) and 9 more"
+    assert dependent.reason == newest  # in memory at once
+    assert writes.count(dependent.directory) == 1  # the first reason only
+    assert read_record(dependent.directory).reason == first  # type: ignore[union-attr]
+    assert dependent.write_pending() and not dependent.write_pending()  # what the check does
+    assert read_record(dependent.directory).reason == newest  # type: ignore[union-attr]
+    assert writes.count(dependent.directory) == 2
+    monkeypatch.setattr(Graph, "_watch_records", check)
+    graph._watch_records()  # the real check, every RECORD_CHECK s, from now on
+    deps[10].apply(StateUpdate(state=S.RUNNING))
+    running = f"waiting for {deps[10].task_id} (RUNNING) and 9 more"
+    deadline = time.monotonic() + 10
+    while read_record(dependent.directory).reason != running and time.monotonic() < deadline:  # type: ignore[union-attr]
+        time.sleep(0.02)
+    assert read_record(dependent.directory).reason == running  # type: ignore[union-attr]
+    # another process asks for a cancel: a newer reason never overwrites its mark
+    disk = read_record(dependent.directory)
+    assert disk is not None
+    write_record(dependent.directory, disk.transition(extra={"cancel_requested": disk.attempt}))
+    deps[10].apply(StateUpdate(state=S.COMPLETED))
+    assert not dependent.write_pending()
+    deadline = time.monotonic() + 10
+    while dependent.state is not S.CANCELLED and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert dependent.state is S.CANCELLED and dependent.reason == "cancelled on request"
+    assert not graph.holds(dependent)

@@ -9,7 +9,7 @@ so that a restarted client finds the dependency again, also in another experimen
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Union
 
 import attrs
@@ -31,6 +31,8 @@ FAILED_KEY = "dependency_failed"
 NATIVE_KEY = "native_dependency"
 #: The file of a dependent's job directory giving its inputs' results to ``launchers.run``.
 INPUTS = "inputs.json"
+#: How the reason of a dependent waiting for others starts (``waiting for NAME-DIGEST (STATE)``).
+WAITING_FOR = "waiting for"
 
 
 def is_job(value: Any) -> bool:
@@ -211,16 +213,40 @@ def decide_dependent(deps: Sequence[DepState]) -> Decision:
     if not open_:
         return Submit()
 
-    def native(d: DepState) -> bool:
-        return d.native_id is not None and d.state.is_active
-
-    waiting = [d for d in open_ if not native(d)]
+    waiting = [d for d in open_ if not held_by_slurm(d)]
     if not waiting:
         return Submit(tuple((d.edge, str(d.native_id)) for d in open_))
-    first = waiting[0]
-    reason = f"waiting for {first.edge.task_id} ({first.state.value})"
-    if len(waiting) > 1:
-        reason += f" and {len(waiting) - 1} more"
+    return wait_for(waiting[0], len(waiting))
+
+
+def decide_tally(
+    changed: Sequence[DepState], open_: Mapping[int, DepState], waiting: Collection[int]
+) -> Decision:
+    """``decide_dependent`` for a dependent whose open dependencies are kept up to date one
+    change at a time (``jobs.graph``): ``changed`` the states just read (a broken one ends it;
+    the others were read when they changed), ``open_`` the unsatisfied ones by edge index,
+    ``waiting`` the indices of those Slurm cannot hold. The same answer, in O(changed) unless
+    it submits: a dependent of N jobs costs O(N) over the graph, not O(N^2)."""
+    for d in changed:
+        if broken(d.edge, d.state):
+            return End(JobState.CANCELLED, failed_reason(d.edge.task_id, d.state), d.edge.task_id)
+    if not open_:
+        return Submit()
+    if not waiting:
+        return Submit(tuple((open_[i].edge, str(open_[i].native_id)) for i in sorted(open_)))
+    return wait_for(open_[min(waiting)], len(waiting))
+
+
+def held_by_slurm(d: DepState) -> bool:
+    """Whether Slurm itself can hold the dependent on this open dependency (``--dependency``)."""
+    return d.native_id is not None and d.state.is_active
+
+
+def wait_for(first: DepState, count: int) -> Wait:
+    """Waiting for ``count`` dependencies, ``first`` of them named (``and N more``)."""
+    reason = f"{WAITING_FOR} {first.edge.task_id} ({first.state.value})"
+    if count > 1:
+        reason += f" and {count - 1} more"
     return Wait(reason)
 
 
@@ -262,6 +288,7 @@ __all__ = [
     "NATIVE_KEY",
     "OK",
     "RECORD_KEY",
+    "WAITING_FOR",
     "DepState",
     "Edge",
     "End",
@@ -270,12 +297,15 @@ __all__ = [
     "Wait",
     "after_edges",
     "decide_dependent",
+    "decide_tally",
     "edges_of",
     "explain",
     "failed_reason",
     "finished",
+    "held_by_slurm",
     "is_job",
     "merge_edges",
     "slurm_dependency",
     "slurm_directives",
+    "wait_for",
 ]

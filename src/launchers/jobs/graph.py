@@ -15,6 +15,7 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,12 +28,14 @@ from .depends import (
     FAILED_KEY,
     INPUTS,
     NATIVE_KEY,
+    WAITING_FOR,
     DepState,
     Edge,
     End,
     Submit,
     Wait,
-    decide_dependent,
+    decide_tally,
+    held_by_slurm,
     satisfied,
     slurm_dependency,
 )
@@ -58,9 +61,13 @@ class _Held:
     job: Job
     deps: list[tuple[Edge, Job]]
     action: str
-    #: the dependencies not satisfied yet: a satisfied one is final and stays so, and leaves
-    #: the decision unchanged, so each decision reads only these
-    open: list[tuple[Edge, Job]] = attrs.field(factory=list)
+    #: each dependency's index in ``deps``, by its directory
+    where: dict[Path, int] = attrs.field(factory=dict)
+    #: the states of the dependencies not satisfied yet, by index: a satisfied one is final and
+    #: stays so, and leaves the decision unchanged; each change updates its own entry only
+    open: dict[int, DepState] = attrs.field(factory=dict)
+    #: the indices of the open ones Slurm cannot hold (the dependent waits here for them)
+    waiting: set[int] = attrs.field(factory=set)
 
 
 class Graph:
@@ -74,13 +81,14 @@ class Graph:
         self._queue: collections.deque[Path] = collections.deque()
         self._draining = False
         self._watcher: threading.Thread | None = None
-        self._seen: dict[Path, int] = {}
+        self._seen: dict[Path, tuple[int, int, int]] = {}
 
     def hold(self, job: Job, deps: list[tuple[Edge, Job]], action: str = SUBMIT) -> None:
         """Hold ``job`` until its dependencies ``deps`` allow it (``SUBMIT``), or follow a job
         already submitted (``FOLLOW``); decided at once, then at each dependency's change."""
         with self._lock:
-            self._held[job.directory] = _Held(job, deps, action, list(deps))
+            where = {Path(dep.directory): i for i, (_edge, dep) in enumerate(deps)}
+            self._held[job.directory] = _Held(job, deps, action, where)
             for _edge, dep in deps:
                 self._dependents.setdefault(dep.directory, set()).add(job.directory)
                 if id(dep) not in self._watched:
@@ -139,15 +147,21 @@ class Graph:
                     return
             for job in held:
                 try:
-                    mtime = job.paths.state.stat().st_mtime_ns
+                    st = job.paths.state.stat()
                 except OSError:
                     continue
-                if self._seen.get(job.directory) == mtime:
-                    continue
-                self._seen[job.directory] = mtime
-                if _cancelled_elsewhere(job):
-                    with self._lock:
-                        self._drop(job.directory)
+                # every record write is a new file (renamed into place): its inode, time and
+                # size tell a change even within one tick of the file system's clock
+                seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+                if self._seen.get(job.directory) != seen:
+                    self._seen[job.directory] = seen
+                    if _cancelled_elsewhere(job):
+                        with self._lock:
+                            self._drop(job.directory)
+                        continue
+                # the newest reason, at most once per RECORD_CHECK s (read again next time: a
+                # request written just after it is seen then)
+                job.write_pending()
 
     def _changed(self, dep: Job) -> None:
         """A watched job changed state: decide its dependents again (any thread; the first
@@ -166,7 +180,7 @@ class Graph:
                 dependents = list(self._dependents.get(directory, ()))
             for dependent in dependents:
                 try:
-                    self._decide(dependent)
+                    self._decide(dependent, directory)
                 except Exception as e:  # one bad dependent must not stop the others
                     log.error("%s: dependency handling failed: %s", dependent, e, exc_info=True)
 
@@ -182,38 +196,62 @@ class Graph:
                 if not dependents:
                     del self._dependents[dep.directory]
 
-    def _decide(self, directory: Path) -> None:
+    def _decide(self, directory: Path, changed: Path | None = None) -> None:
+        """Decide the held job of ``directory`` again after its dependency ``changed`` changed
+        state (None: read all of them): only that dependency's state is read."""
         with self._lock:
             held = self._held.get(directory)
             if held is None:
                 return
-            job, deps, action, open_ = held.job, list(held.deps), held.action, list(held.open)
-        states = [
-            DepState(edge, dep.state, dep.native_id if _native(job, dep) else None)
-            for edge, dep in open_
-        ]
-        decision = decide_dependent(states)
-        with self._lock:
-            held.open = [
-                p for p, st in zip(open_, states, strict=True) if not satisfied(p[0], st.state)
-            ]
+            job, deps, action = held.job, held.deps, held.action
+            if changed is None:
+                indices: Iterable[int] = range(len(deps))
+            else:
+                i = held.where.get(changed)
+                indices = () if i is None else (i,)
+            states = []
+            for i in indices:
+                edge, dep = deps[i]
+                st = DepState(edge, dep.state, dep.native_id if _native(job, dep) else None)
+                states.append(st)
+                if satisfied(edge, st.state):
+                    held.open.pop(i, None)
+                    held.waiting.discard(i)
+                    continue
+                held.open[i] = st
+                if held_by_slurm(st):
+                    held.waiting.discard(i)
+                else:
+                    held.waiting.add(i)
+            decision = decide_tally(states, held.open, held.waiting)
+            all_final = not held.open
         if isinstance(decision, End):
             with self._lock:
                 self._drop(directory)
             _end(job, decision)
             return
         if action == FOLLOW:
-            if all(s.state.is_final for s in states) or job.state.is_final:
+            if all_final or job.state.is_final:
                 with self._lock:
                     self._drop(directory)
             return
-        if job.state.is_final or _cancelled_elsewhere(job):  # cancelled meanwhile
+        if job.state.is_final:  # cancelled meanwhile
             with self._lock:
                 self._drop(directory)
             return
         if isinstance(decision, Wait):
-            # a reason only: no fsync (the record before sbatch is fsynced anyway)
-            job.apply(StateUpdate(state=JobState.WAITING, reason=decision.reason), sync=False)
+            # a reason only: no fsync (the record before sbatch is fsynced anyway); the first
+            # one is written at once, a newer one each RECORD_CHECK s (_check_records): a
+            # dependent of N jobs is decided again at each of their changes, and writing its
+            # record (N edges) each time would cost O(N^2) per graph
+            first = not (job.reason or "").startswith(WAITING_FOR)
+            job.apply(
+                StateUpdate(state=JobState.WAITING, reason=decision.reason), sync=False, write=first
+            )
+            return
+        if _cancelled_elsewhere(job):  # asked in another process: never submitted
+            with self._lock:
+                self._drop(directory)
             return
         assert isinstance(decision, Submit)
         with self._lock:

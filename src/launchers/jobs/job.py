@@ -80,6 +80,8 @@ class Job:
         #: Files written in place but not fsynced yet (``params.json``, ``job.sh``): made durable,
         #: with the directory, by the next record write, before anything reaches a scheduler.
         self._unsynced: list[Path] = []
+        #: the record in memory is newer than state.json (``apply(write=False)``)
+        self._unwritten = False
         #: Called (from any thread) with this job after each change of state: its dependents.
         self._watchers: list[Callable[[Job], None]] = []
         #: The jobs this one waits for, with their edges (docs/design/runtime.md §15).
@@ -160,12 +162,14 @@ class Job:
             except Exception as e:  # a dependent's trouble must not fail this job's record
                 log.error("%s: a watcher failed: %s", self.task_id, e, exc_info=True)
 
-    def apply(self, update: StateUpdate, *, sync: bool = True) -> bool:
+    def apply(self, update: StateUpdate, *, sync: bool = True, write: bool = True) -> bool:
         """Apply ``update``, write ``state.json`` if anything changed, wake waiters.
 
         A final state is never left for a non-final one (a new attempt uses ``begin_attempt``).
         ``sync=False`` (a waiting job's reason, docs/design/runtime.md §15): renamed into place
         without fsync, made durable by the next record write, which always precedes sbatch.
+        ``write=False`` (a waiting dependent's newer reason, the state unchanged): in memory
+        only, written by the next record write or ``write_pending``.
         Returns True when the state changed."""
         with self._cond:
             rec = self._record
@@ -202,7 +206,11 @@ class Job:
             if (new_state is None or new_state is rec.state) and same and not update.detail:
                 return False
             new = rec.transition(new_state, update.detail, **changes)
-            self._write(new, sync=sync)
+            if write or new.state is not rec.state:
+                self._write(new, sync=sync)
+            else:
+                self._record = new
+                self._unwritten = True
             changed = new.state is not rec.state
             self._cond.notify_all()
         if changed:
@@ -291,6 +299,28 @@ class Job:
         self.replace_record(rec)
         return rec.state is not before
 
+    def write_pending(self) -> bool:
+        """Write the record kept in memory by ``apply(write=False)`` (without fsync), unless
+        another process recorded an end or a cancel request meanwhile (``launchers cancel``:
+        its mark is kept, the caller's check of the record sees it). True when written."""
+        if not self._unwritten:  # the common case: no lock file opened
+            return False
+        with directory_lock(self.paths.lock), self._cond:
+            if not self._unwritten:
+                return False
+            try:
+                disk = read_record(self.directory)
+            except LaunchersError:
+                disk = None
+            if (
+                disk is not None
+                and disk.attempt == self._record.attempt
+                and (disk.state.is_final or disk.extra.get("cancel_requested") == disk.attempt)
+            ):
+                return False
+            self._write(self._record, sync=False)
+            return True
+
     def defer_sync(self, path: Path) -> None:
         """``path`` was written atomically without fsync: make it durable with the next record."""
         with self._cond:
@@ -303,6 +333,7 @@ class Job:
         # Files written before (params.json, the WAITING record, job.sh) without fsync are
         # fsynced first, so one group of fsyncs precedes sbatch instead of one per file.
         sync_dir = record.state is JobState.SUBMITTING
+        self._unwritten = False
         if not sync and not sync_dir:  # the next synced write makes this one durable too
             write_record(self.directory, record, sync=False)
             self._record = record
