@@ -1,5 +1,5 @@
-"""launchers.yaml's ``environment:`` block on UNICORE and firecREST sites, end to end (docs/remote-
-sites.md, "The same model"): the loopback servers run the one renderer's lines on the real Slurm,
+"""launchers.yaml's ``environment:`` block on UNICORE and firecREST sites, end to end
+(docs/remote-sites.md, "The same model"): the loopback servers run the one renderer's lines on the real Slurm,
 with real Lmod modules (tests/cluster/lmod.sh), a real virtual environment holding a marker
 package, and a container through the recording podman stand-in (tests/env_standins.py), whose
 inner command runs for real. The site's ``job.sh`` runs as ``bash -l`` (the login profile sets
