@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from launchers.batch.rest import check_rest_site
 from launchers.config.environment import EMPTY, Container, Environment
-from launchers.config.model import UnicoreGroup
+from launchers.config.model import UnicoreGroup, UnicoreSite
 from launchers.errors import ConfigurationError, ScriptError, TaskError
 from launchers.jobs.record import RcRecord
 from launchers.jobs.state import JobState
@@ -141,6 +142,12 @@ def test_both_forms_meeting_on_one_job_is_an_error() -> None:
         site_environment(launcher, command(["true"], environment={"venv": "/v"}), "unicore")
     with pytest.raises(ConfigurationError, match="the launcher's environment"):
         site_environment(launcher.config(environment={"venv": "/v"}), plain, "unicore")
+    # batched over the site: refused before the task is recorded, as unbatched
+    site = UnicoreGroup(
+        id="u", site=UnicoreSite(url="https://h:1/S/rest/core"), environment={"Modules": ["a"]}
+    )
+    with pytest.raises(TaskError, match="takes one form"):
+        check_rest_site(UnicoreLauncher(group=site), command(["true"], environment={"venv": "/v"}))
     # a group in the new form: levels merge key by key, the task's last
     new = UnicoreLauncher(group=UnicoreGroup(id="u", job_environment=Environment(modules=("a",))))
     mantik, block = site_environment(new, command(["true"], environment={"venv": "/v"}), "unicore")
