@@ -232,3 +232,28 @@ def test_a_failed_step_is_named_and_nothing_else_runs(tmp_path: Path) -> None:
         cancel_requested=False,
     )
     assert update is not None and update.reason == "exit code 1 in environment step modules[1]"
+
+
+def test_launchers_run_with_a_group_in_launchers_yaml_form(tmp_path: Path) -> None:
+    """``launchers run --backend-config FILE --group ID``: the group's block is written by the
+    one renderer when the file has no ``Environment``; a file with one is refused (one form)."""
+    from launchers.config.loader import load_config_text
+    from launchers.remote.plan import plan_run
+
+    config = load_config_text(
+        "unicore:\n  - id: u\n    site: {url: 'https://h:1/S/rest/core'}\n"
+        "    environment: {modules: [gcc], teardown: [echo bye]}\n",
+        "launchers.yaml",
+    )
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "t.sh").write_text("true\n")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("Resources: {Queue: q}\n")
+    plan = plan_run(proj, entry="t.sh", backend_config=plain, config=config, group="u", environ={})
+    text = plan.script()
+    assert "module load 'gcc' || _l_fail 'modules[0]' $?" in text and "eval 'echo bye'" in text
+    mantik = tmp_path / "mantik.yaml"
+    mantik.write_text("Resources: {Queue: q}\nEnvironment: {Modules: [x]}\n")
+    with pytest.raises(ConfigurationError, match="the file's Environment is a Compute Backend"):
+        plan_run(proj, entry="t.sh", backend_config=mantik, config=config, group="u", environ={})
