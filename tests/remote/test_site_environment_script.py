@@ -257,3 +257,36 @@ def test_launchers_run_with_a_group_in_launchers_yaml_form(tmp_path: Path) -> No
     mantik.write_text("Resources: {Queue: q}\nEnvironment: {Modules: [x]}\n")
     with pytest.raises(ConfigurationError, match="the file's Environment is a Compute Backend"):
         plan_run(proj, entry="t.sh", backend_config=mantik, config=config, group="u", environ={})
+
+
+def test_a_cancel_runs_the_teardown_and_records_the_signal(tmp_path: Path) -> None:
+    """scancel signals every process of the job: the command ends, then the teardown runs
+    before ``job.rc`` records the signal (docs/configuration.md, Environment)."""
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    block = Environment(setup=('echo up >> "$LOG"',), teardown=('echo down >> "$LOG"',))
+    (run_dir / "job.sh").write_text(
+        script(
+            block,
+            "firecrest",
+            run_dir=str(run_dir),
+            argv=("sh", "-c", 'echo cmd >> "$LOG"; exec sleep 30'),
+        )
+    )
+    log = tmp_path / "log"
+    proc = subprocess.Popen(
+        ["bash", str(run_dir / "job.sh")],
+        env={"PATH": os.environ["PATH"], "LOG": str(log)},
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 10
+    while not (log.exists() and "cmd" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(10) == 143
+    assert log.read_text().split() == ["up", "cmd", "down"]
+    rc = json.loads((run_dir / "job.rc").read_text())
+    assert (rc["rc"], rc["signal"], rc["step"]) == (143, 15, "")
