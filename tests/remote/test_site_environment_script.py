@@ -290,3 +290,21 @@ def test_a_cancel_runs_the_teardown_and_records_the_signal(tmp_path: Path) -> No
     assert log.read_text().split() == ["up", "cmd", "down"]
     rc = json.loads((run_dir / "job.rc").read_text())
     assert (rc["rc"], rc["signal"], rc["step"]) == (143, 15, "")
+
+
+def test_submit_dry_run_shows_the_sites_script() -> None:
+    """``launchers submit --dry-run`` on a site launcher prints the site's ``job.sh`` (with the
+    one renderer's lines), not a Slurm job script."""
+    from launchers.cli.preview import job_script
+    from launchers.config.model import FirecrestGroup, FirecrestSite
+    from launchers.remote.firecrest import FirecrestLauncher
+
+    site = FirecrestSite(api_url="https://a", token_url="https://t", machine="m")
+    launcher = FirecrestLauncher(
+        group=FirecrestGroup(id="f", site=site, job_environment=Environment(modules=("gcc",))),
+        options={"partition": "debug"},
+    )
+    text = job_script(launcher, command(["echo", "hi"], environment={"venv": "/v"}), "/jd")
+    assert text.startswith("#!/bin/bash -l\n#SBATCH --job-name=")
+    assert "cd 'RUN_DIR' ||" in text and "module load 'gcc' || _l_fail 'modules[0]' $?" in text
+    assert "_l_fail 'venv' $?\nlaunchers_started=1\n'echo' 'hi'\n" in text
