@@ -3,7 +3,9 @@ its ``BSS file``.
 
 Pure renderers: values in, text or JSON-ready dicts out. The script runs each step of the
 environment only if the previous one succeeded, names a failing step in ``job.err`` and writes
-``job.rc`` atomically on every exit.
+``job.rc`` atomically on every exit. A Compute Backend Config's ``Environment`` is written as
+Mantik runs it; launchers.yaml's ``environment:`` block gets the one renderer's lines
+(``slurm.envscript``), as in a Slurm job script (docs/remote-sites.md, "The same model").
 """
 
 from __future__ import annotations
