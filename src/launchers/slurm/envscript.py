@@ -126,6 +126,8 @@ def container_words(
 
         def q(value: str, *, what: str = "value") -> str:
             parts = value.split(_HERE)
+            if len(parts) == 1:
+                return sh_quote(value, what=what)
             return here.join(sh_quote(p, what=what) if p else "" for p in parts)
 
     image = q(box.image, what="container.image")
