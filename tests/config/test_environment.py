@@ -300,44 +300,56 @@ def test_the_compute_backend_config_environment_maps_onto_the_block() -> None:
     assert venv_block == Environment(venv="/venvs/x")
 
 
-def test_a_site_group_takes_the_block_as_its_environment() -> None:
-    """unicore/firecrest groups: launchers.yaml's form is written as the site's Environment
-    (docs/configuration.md, Environment); what a site's script cannot do is refused at load."""
-    from launchers.remote.environment import validate_environment
+def test_a_site_group_keeps_the_block_for_the_one_renderer() -> None:
+    """unicore/firecrest groups: launchers.yaml's form stays the block (``job_environment``),
+    written by the one renderer into the site's script (docs/configuration.md, Environment);
+    purge, conda, every runtime and partition blocks are accepted; a mapping in both forms, or
+    a partition's block under a group in the Compute Backend Config form, is refused at load."""
+    from launchers.remote.environment import Environment as RemoteEnvironment
     from launchers.remote.script import JobScriptSpec, render_job_script
 
     base = (
         "firecrest:\n  - id: f\n    site: {api_url: https://a, token_url: https://t, machine: m}\n"
     )
     cfg = load_config_text(
-        base + "    environment:\n      modules: [gcc/12]\n      venv: /v\n"
-        "      variables: {A: x}\n      setup: [echo pre]\n      teardown: [echo post]\n",
+        base + "    environment:\n      purge: true\n      modules: [gcc/12]\n      conda: ml\n"
+        "      variables: {A: x}\n      setup: [echo pre]\n      teardown: [echo post]\n"
+        "      container: {image: img, runtime: docker}\n"
+        "    partitions:\n      p:\n        environment: {modules: [cuda]}\n",
         "f.yaml",
     )
-    mapping = cfg.groups[0].environment  # type: ignore[union-attr]
-    assert mapping == {
-        "Modules": ["gcc/12"],
-        "Python": "/v",
-        "Variables": {"A": "x"},
-        "PreRunCommandOnComputeNode": ["echo pre"],
-        "PostRunCommandOnComputeNode": ["echo post"],
-    }
-    env = validate_environment(mapping, None, site_kind="firecrest")
-    script = render_job_script(
-        JobScriptSpec(environment=env, command="python3 x.py", transport="firecrest", run_dir="/r")
+    group = cfg.groups[0]
+    assert group.environment is None  # type: ignore[union-attr]
+    assert group.job_environment == Environment(
+        purge=True,
+        modules=("gcc/12",),
+        conda="ml",
+        variables=(("A", "x"),),
+        setup=("echo pre",),
+        teardown=("echo post",),
+        container=Container(image="img", runtime="docker"),
     )
-    assert "module load gcc/12 || launchers_failed 'Modules[0]' $?" in script
+    assert group.partitions[0].job_environment == Environment(modules=("cuda",))  # type: ignore[attr-defined]
+    script = render_job_script(
+        JobScriptSpec(
+            environment=RemoteEnvironment(),
+            command="",
+            argv=("true",),
+            transport="firecrest",
+            run_dir="/r",
+            block=group.job_environment,
+        )
+    )
+    assert "module purge || _l_fail 'purge' $?" in script
+    assert "docker run --rm -v \"$_l_cwd\"':'\"$_l_cwd\" -w \"$_l_cwd\" 'img' 'true'" in script
     for extra, message in [
         ("    environment: {modules: [a], Python: /v}\n", "in one form"),
-        ("    environment: {purge: true}\n", "purge is not available on a firecrest site"),
         (
-            "    environment: {container: {image: /i, runtime: docker}}\n",
-            "apptainer only, not docker",
-        ),
-        (
-            "    partitions:\n      p:\n        environment: {modules: [a]}\n",
-            "f.yaml:6:9: firecrest[0].partitions.p: environment: on a partition or node group is "
-            "not applied on a firecrest site",
+            "    environment: {Modules: [a]}\n    partitions:\n      p:\n"
+            "        environment: {modules: [a]}\n",
+            "f.yaml:7:9: firecrest[0].partitions.p: environment: on a partition or node group is "
+            "launchers.yaml's form, but the group's environment is a Compute Backend Config "
+            "Environment",
         ),
     ]:
         assert message in _load_error(base + extra)

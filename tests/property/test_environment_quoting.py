@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,3 +118,37 @@ def test_values_reach_bash_exactly(
             assert (root / "setup.txt").read_bytes().decode() == variable
             assert (root / "teardown.txt").read_bytes().decode() == variable
             assert not list(root.rglob("PWNED"))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    binds=st.lists(word, max_size=2),
+    env=st.lists(st.tuples(name, word), max_size=2),
+    image=word,
+    runtime=st.sampled_from(["podman", "docker", "pyxis"]),
+)
+def test_a_sites_container_words_name_the_run_directory_at_run_time(
+    binds: list[str], env: list[tuple[str, str]], image: str, runtime: str
+) -> None:
+    """A site's script (``here=``): the working directory is expanded when the job runs (even
+    one with quotes and spaces), every value still arrives as written, nothing runs."""
+    box = Container(image=image, runtime=runtime, bind=tuple(b for b in binds if "," not in b))
+    box = attrs.evolve(box, env=tuple(env))
+    with tempfile.TemporaryDirectory() as tmp:
+        here = Path(tmp) / "it's a dir"
+        here.mkdir()
+        plain = render_environment(
+            Environment(container=box), job_dir=str(here), cwd=str(here)
+        ).wrap
+        words = render_environment(
+            Environment(container=box), job_dir="/", cwd="/", here='"$_l_cwd"'
+        ).wrap
+        log = Path(tmp) / "log"
+        program = f"_l_cwd={shlex.quote(str(here))}\nprintf '%s\\0' {' '.join(words)} > \"$LOG\"\n"
+        expected = f"printf '%s\\0' {' '.join(plain)} > \"$LOG\"\n"
+        for text, out in ((program, log), (expected, Path(tmp) / "want")):
+            subprocess.run(
+                ["bash", "-c", text], env={**os.environ, "LOG": str(out)}, cwd=tmp, check=True
+            )
+        assert log.read_bytes() == (Path(tmp) / "want").read_bytes()
+        assert not (Path(tmp) / "PWNED").exists()

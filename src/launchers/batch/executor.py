@@ -150,7 +150,7 @@ class BatchExecutor(Executor):
                 "needs its local job directory): use launchers.command"
             )
         if kind in REST_KINDS:
-            check_rest_site(launcher.inner)
+            check_rest_site(launcher.inner, task)
         check_fits(launcher, task.task_id)
 
     # -- submission -----------------------------------------------------------------------------

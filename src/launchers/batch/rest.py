@@ -144,15 +144,16 @@ class FirecrestQueue(RestQueue):
 # -- choosing the transport -------------------------------------------------------------------------
 
 
-def check_rest_site(inner: Any) -> None:
-    """Before a task is recorded: the site can hold a queue and the credentials are set."""
+def check_rest_site(inner: Any, task: Any = None) -> None:
+    """Before a task is recorded: the site can hold a queue, the credentials are set, and the
+    task's environment takes the group's form (docs/remote-sites.md, "The same model")."""
     site = getattr(getattr(inner, "group", None), "site", None)
     if inner.kind == "firecrest" and getattr(site, "api_version", 2) != 2:
         raise LaunchersError(
             f"batching over the firecREST v1 site {getattr(site, 'api_url', '?')} is not supported: "
             "use its v2 API (api_version: 2)"
         )
-    inner.executor().validate(inner, None)
+    inner.executor().validate(inner, task)
 
 
 @attrs.frozen

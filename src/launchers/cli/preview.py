@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+import attrs
 
 from ..batch.launcher import BatchLauncher
 from ..batch.shape import entry_argv, task_environment
@@ -16,6 +18,8 @@ from ..errors import LaunchersError
 from ..jobs.task import Task
 from ..local.launcher import DirectLauncher
 from ..local.settings import resolve, script_spec
+from ..remote.payload import task_payload
+from ..remote.site_launcher import SiteLauncher
 from ..slurm.envscript import render_environment
 from ..slurm.launcher import SlurmLikeLauncher
 from ..slurm.script import render_script
@@ -41,6 +45,8 @@ def job_script(launcher: Any, task: Task, job_dir: str) -> str:
         head = "# batched: a pilot runs this task as\n# " + " ".join(argv[:2]) + "\n"
         body = argv[2] if len(argv) > 2 else " ".join(argv)
         return head + body + "\n"
+    if isinstance(launcher, SiteLauncher):
+        return site_script(launcher, task, job_dir)
     if isinstance(launcher, SlurmLikeLauncher):
         spec = job_script_spec(
             task,
@@ -67,10 +73,35 @@ def job_script(launcher: Any, task: Task, job_dir: str) -> str:
     return ""
 
 
+@attrs.frozen
+class _Preview:
+    """What ``task_payload`` reads of a job, for its first attempt in ``directory``."""
+
+    task: Task
+    launcher: Any
+    directory: Path
+    attempt: int = 1
+
+    @property
+    def task_id(self) -> str:
+        return self.task.task_id
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+
+def site_script(launcher: SiteLauncher, task: Task, job_dir: str) -> str:
+    """The ``job.sh`` a UNICORE or firecREST site runs for ``task`` (its run directory, known
+    once the site answered, shown as ``RUN_DIR`` on firecREST)."""
+    payload = task_payload(cast(Any, _Preview(task, launcher, Path(job_dir))), launcher.kind)
+    return payload.script(None if launcher.kind == "unicore" else "RUN_DIR")
+
+
 def raise_unsupported(launcher: Any) -> None:
     raise LaunchersError(
-        f"--dry-run shows the job script of local, slurm and batch launchers, not of {launcher.kind} "
-        "(a UNICORE or firecREST site's script is written from its Compute Backend Config)"
+        f"--dry-run shows the job script of local, slurm, unicore, firecrest and batch launchers, "
+        f"not of {launcher.kind}"
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from launchers.config.environment import EMPTY, Environment
 from launchers.config.environment_read import read_into
 from launchers.config.keypath import join
 from launchers.config.keys import SECTIONS
@@ -29,7 +30,7 @@ from launchers.config.model import (
 )
 from launchers.config.problems import Loc, describe, did_you_mean
 from launchers.config.reader import Reader, Sec
-from launchers.remote.environment import site_mapping, validate_environment
+from launchers.remote.environment import validate_environment
 
 _GROUP_KINDS = ("local", "slurm", "unicore", "firecrest")
 
@@ -220,16 +221,18 @@ class _Builder(MatchingBuilder):
                 lost_after=sec.get("lost_after"),
                 poll_max=sec.get("poll_max"),
             )
-        environment = self.environment(sec, kind)
-        for part in matching["partitions"]:
-            levels = [part, *part.nodes]
-            if any(not level.job_environment.is_empty for level in levels):
-                self.r.problem(
-                    part.position,
-                    part.position.key,
-                    f"environment: on a partition or node group is not applied on a {kind} site; "
-                    "set it on the group (or in the Compute Backend Config)",
-                )
+        environment, block = self.environment(sec, kind)
+        if environment is not None:
+            for part in matching["partitions"]:
+                levels = [part, *part.nodes]
+                if any(not level.job_environment.is_empty for level in levels):
+                    self.r.problem(
+                        part.position,
+                        part.position.key,
+                        "environment: on a partition or node group is launchers.yaml's form, but "
+                        "the group's environment is a Compute Backend Config Environment; a job's "
+                        "environment takes one form: write the group's in launchers.yaml's form",
+                    )
         site = sec.get("site")
         if kind == "unicore":
             return UnicoreGroup(
@@ -237,6 +240,7 @@ class _Builder(MatchingBuilder):
                 **matching,
                 site=self.unicore_site(site) if isinstance(site, Sec) else None,
                 environment=environment,
+                job_environment=block,
             )
         return FirecrestGroup(
             **common,
@@ -245,6 +249,7 @@ class _Builder(MatchingBuilder):
             gpu_option=sec.get("gpu_option", "gpus-per-node"),
             site=self.firecrest_site(site) if isinstance(site, Sec) else None,
             environment=environment,
+            job_environment=block,
         )
 
     @staticmethod
@@ -331,10 +336,13 @@ class _Builder(MatchingBuilder):
             )
         return tuple((inner if inner is not None else sec.get("env", {})).items())
 
-    def environment(self, sec: Sec, kind: str) -> dict[str, Any] | None:
+    def environment(self, sec: Sec, kind: str) -> tuple[dict[str, Any] | None, Environment]:
+        """A unicore/firecrest group's ``environment:``: a Compute Backend Config
+        ``Environment`` (the mapping, run as Mantik runs it), or launchers.yaml's block (written
+        by the one renderer, docs/remote-sites.md); never both in one mapping."""
         raw = sec.get("environment")
         if raw is None:
-            return None
+            return None, EMPTY
         path = join(sec.path, "environment")
         pos = sec.at("environment")
         if not isinstance(raw, dict):
@@ -343,9 +351,9 @@ class _Builder(MatchingBuilder):
                 path,
                 f"expected a mapping (the Environment of a Compute Backend Config), found {describe(raw)}",
             )
-            return None
+            return None, EMPTY
         ours = [k for k in raw if k in SECTIONS["environment"] or k == "env"]
-        if ours:  # launchers.yaml's own form: written as the site's Environment
+        if ours:  # launchers.yaml's own form: the one renderer writes it in the site's script
             theirs = [k for k in raw if k not in ours]
             if theirs:
                 self.r.problem(
@@ -354,18 +362,13 @@ class _Builder(MatchingBuilder):
                     f"write the environment in one form: launchers.yaml's ({', '.join(map(str, ours))}) "
                     f"or the Compute Backend Config's ({', '.join(map(str, theirs))}), not both",
                 )
-                return None
+                return None, EMPTY
             loc = Loc(sec.locs["environment"].src, path, key="environment")
-            block = read_into(raw, self.r, path, loc)
-            mapping = site_mapping(block, kind)
-            if isinstance(mapping, str):
-                self.r.problem(pos, path, mapping)
-                return None
-            return mapping
+            return None, read_into(raw, self.r, path, loc)
         try:
             validate_environment(
                 raw, pos.file or self.r.file, path, site_kind=kind, problems=self.r.problems
             )
         except Exception as e:  # a validator bug must not hide the file's other problems
             self.r.problem(pos, path, f"cannot check environment: {type(e).__name__}: {e}")
-        return plain(raw)
+        return plain(raw), EMPTY

@@ -17,6 +17,7 @@ import attrs
 from ..jobs.record import RcRecord, epoch_iso, iso_epoch
 from ..jobs.state import JobState
 from ..jobs.update import StateUpdate, update_for_rc
+from ..slurm.envscript import is_environment_step
 from ..slurm.states import cancel_reason, map_state
 from ..units import format_size
 
@@ -45,8 +46,18 @@ def site_final(
     judged = update_for_rc(rc, attempt=None, cancelled=cancel_requested)
     assert judged is not None  # an rc of this run always gives a final update
     if judged.state is JobState.FAILED:
-        fields["reason"] = failed_reason
+        fields["reason"] = step_reason(rc) or failed_reason
     return attrs.evolve(judged, **fields)
+
+
+def step_reason(rc: RcRecord | None) -> str | None:
+    """``exit code N in environment step S`` (the one rule's wording, as for Slurm jobs) when
+    ``job.rc`` names a failed step of launchers.yaml's environment block; None otherwise (a
+    Compute Backend Config's script names its own steps, and the site's wording stays)."""
+    if rc is None or not is_environment_step(rc.step):
+        return None
+    judged = update_for_rc(rc, attempt=None, cancelled=False)
+    return judged.reason if judged is not None else None
 
 
 def oldest_in(
@@ -179,8 +190,10 @@ def unicore_final(
         )
     if rc is not None and not rc.success and exit_code is None:
         exit_code = rc.rc
-    reason = str(props.get("statusMessage") or "") or (
-        f"exit code {exit_code}" if exit_code is not None else "failed"
+    reason = (
+        step_reason(rc)
+        or str(props.get("statusMessage") or "")
+        or (f"exit code {exit_code}" if exit_code is not None else "failed")
     )
     return StateUpdate(
         state=JobState.FAILED,
@@ -316,7 +329,7 @@ def firecrest_update(
         if rc is not None and rc.rc
         else (int(exit_code) if isinstance(exit_code, int) else None)
     )
-    why = f"exit code {code}" if code is not None else raw
+    why = step_reason(rc) or (f"exit code {code}" if code is not None else raw)
     return StateUpdate(
         state=state,
         detail=raw,
@@ -479,6 +492,7 @@ __all__ = [
     "read_start",
     "site_final",
     "ssh_unreachable",
+    "step_reason",
     "tagged_choice",
     "transfer_method",
     "unicore_aborted",

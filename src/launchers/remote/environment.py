@@ -411,9 +411,10 @@ def as_block(env: Environment) -> tuple[JobEnvironment, tuple[Snippet, ...], tup
     which have no compute-node equivalent: ``Modules`` -> ``modules``, ``Python`` -> ``venv``,
     ``Apptainer`` -> ``container`` (runtime apptainer), ``Variables`` -> ``variables``,
     ``PreRunCommandOnComputeNode`` -> ``setup``, ``PostRunCommandOnComputeNode`` ->
-    ``teardown``. Pure; the scripts of UNICORE, firecREST and SSH sites are still written by
-    ``remote.script`` so that Mantik's behaviour (double-quoted Variables, ``srun apptainer
-    run``, post-run commands only after a success) stays as it is."""
+    ``teardown``. Pure. The model only: a job whose environment is in this form keeps Mantik's
+    script (``remote.script``: double-quoted Variables, ``srun apptainer run``, post-run
+    commands only after a success); a job whose environment is launchers.yaml's block gets the
+    one renderer's lines (``slurm.envscript``), and a job never has both (``mixed_forms``)."""
     container = None
     if env.apptainer is not None:
         container = Container(
@@ -430,42 +431,24 @@ def as_block(env: Environment) -> tuple[JobEnvironment, tuple[Snippet, ...], tup
     return block, env.pre_login, env.post_login
 
 
-def site_mapping(block: JobEnvironment, kind: str) -> dict[str, Any] | str:
-    """A ``launchers.yaml``-style ``environment:`` block of a unicore/firecrest group as the
-    site's ``Environment`` mapping (the inverse of ``as_block``), or why it cannot be one: a
-    site's job script has no ``purge``, no ``conda`` and runs containers with Apptainer only."""
-    if block.purge:
-        return f"purge is not available on a {kind} site (its job script loads modules only)"
-    if block.conda:
-        return f"conda is not available on a {kind} site; use venv (the site's Python)"
-    out: dict[str, Any] = {}
-    if block.modules:
-        out["Modules"] = list(block.modules)
-    if block.venv:
-        out["Python"] = block.venv
-    if block.container is not None:
-        box = block.container
-        if box.runtime != "apptainer":
-            return f"a {kind} site runs containers with apptainer only, not {box.runtime}"
-        options = list(box.options)
-        for b in box.bind:
-            options += ["-B", b]
-        for name, value in box.env:
-            options += ["--env", f"{name}={value}"]
-        if not box.image.startswith("/"):
-            return f"container.image must be an absolute path on the {kind} site, not {box.image!r}"
-        out["Apptainer"] = {
-            "Path": box.image,
-            "Type": "remote",
-            "Options": [shlex.join(options)] if options else [],
-        }
-    if block.variables:
-        out["Variables"] = dict(block.variables)
-    if block.setup:
-        out["PreRunCommandOnComputeNode"] = list(block.setup)
-    if block.teardown:
-        out["PostRunCommandOnComputeNode"] = list(block.teardown)
-    return out
+def mixed_forms(
+    mantik: Environment,
+    block: JobEnvironment,
+    what: str,
+    theirs: str = "the group's environment",
+) -> str | None:
+    """Why one job cannot take ``block`` (launchers.yaml's form, set at ``what``) over a
+    Compute Backend Config ``Environment`` (the group's or the file's), or None when one of
+    them is empty: the two forms run differently (quoting of variables, the container's
+    command, post-run commands after a success only), so a job has one (docs/remote-sites.md)."""
+    if not mantik.keys or block.is_empty:
+        return None
+    return (
+        f"{what} is in launchers.yaml's form (modules, venv, container, setup, ...) but "
+        f"{theirs} is a Compute Backend Config Environment "
+        f"({', '.join(sorted(mantik.keys))}); a job's environment takes one form: write the "
+        "group's environment: in launchers.yaml's form (docs/configuration.md, Environment)"
+    )
 
 
 def check_login_commands(env: Environment, site_kind: str, file: str | None) -> None:

@@ -11,11 +11,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from ..errors import LaunchersError, TaskError
+from ..config.environment import EMPTY, requested_gpus
+from ..config.environment import Environment as Block
+from ..errors import ConfigurationError, LaunchersError, TaskError
 from ..jobs.task import KIND_COMMAND
+from ..slurm.envscript import check_environment
 from ..slurm.script import sh_quote
+from ..slurm.settings import launcher_environment
 from .backend_config import resolve_account
-from .environment import Environment, validate_environment
+from .environment import Environment, mixed_forms, validate_environment
 from .resources import resources_from_options
 from .script import (
     JobScriptSpec,
@@ -86,6 +90,34 @@ def check_task(task: Any, kind: str) -> None:
         )
 
 
+def site_environment(launcher: Any, task: Any, kind: str) -> tuple[Environment, Block]:
+    """The environment of a task's job on a site, in one of its two forms (docs/remote-sites.md,
+    "The same model"): the group's Compute Backend Config ``Environment`` (Mantik's script), or
+    launchers.yaml's block of the group, partition, node group, launcher and task merged (the
+    one renderer's lines). Both at once: a ``ConfigurationError`` (the launcher's level) or a
+    ``TaskError`` (the task's); a block no script can run: a ``ScriptError``. Pure."""
+    settings = SiteSettings.of(launcher, kind)
+    mantik = Environment()
+    if settings.environment:
+        mantik = validate_environment(
+            settings.environment, None, f"{kind}.{settings.label}.environment", site_kind=kind
+        )
+    base = launcher_environment(launcher) if hasattr(launcher, "use_environment") else EMPTY
+    own: Block = getattr(task, "environment", None) or EMPTY
+    problem = mixed_forms(
+        mantik, base, "the launcher's environment (launcher.config(environment=...))"
+    )
+    if problem:
+        raise ConfigurationError(problem, key="environment")
+    problem = mixed_forms(mantik, own, "the task's environment")
+    if problem:
+        raise TaskError(f"task {getattr(task, 'task_id', '?')}: {problem}")
+    block = base.merged(own)
+    if not block.is_empty:
+        check_environment(block, slurm=True)
+    return mantik, block
+
+
 def task_payload(job: JobHandle, kind: str) -> RemotePayload:
     """The payload of an experiment's command task: ``job.sh`` runs its argv in the run directory
     with the group's ``environment`` and the task's ``env``; nothing else is uploaded."""
@@ -98,13 +130,10 @@ def task_payload(job: JobHandle, kind: str) -> RemotePayload:
         )
     check_task(task, kind)
     settings = SiteSettings.of(launcher, kind)
-    env = Environment()
-    if settings.environment:
-        env = validate_environment(
-            settings.environment, None, f"{kind}.{settings.label}.environment", site_kind=kind
-        )
-    command = " ".join(sh_quote(str(a), what="an argument") for a in task.target)
-    if task.cwd:
+    env, block = site_environment(launcher, task, kind)
+    argv = tuple(str(a) for a in task.target)
+    command = " ".join(sh_quote(a, what="an argument") for a in argv)
+    if task.cwd and block.is_empty:
         command = f"cd {sh_quote(task.cwd, what='cwd')} && {command}"
     exports = tuple(sorted(dict(task.env).items()))
     account = resolve_account(settings.account, settings.site)  # as `launchers run`
@@ -131,6 +160,10 @@ def task_payload(job: JobHandle, kind: str) -> RemotePayload:
                 exports=exports,
                 cpus_per_node=resources.cpus_per_node,
                 run_id=run_id,
+                block=block,
+                argv=argv if not block.is_empty else (),
+                cwd=task.cwd if not block.is_empty else None,
+                gpus=requested_gpus(launcher) if not block.is_empty else 0,
             )
         )
 
@@ -148,4 +181,11 @@ def task_payload(job: JobHandle, kind: str) -> RemotePayload:
     )
 
 
-__all__ = ["RemotePayload", "ScriptFor", "check_task", "remote_job_name", "task_payload"]
+__all__ = [
+    "RemotePayload",
+    "ScriptFor",
+    "check_task",
+    "remote_job_name",
+    "site_environment",
+    "task_payload",
+]

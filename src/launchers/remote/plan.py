@@ -14,11 +14,14 @@ from typing import Any
 
 import attrs
 
+from ..config.environment import EMPTY
+from ..config.environment import Environment as Block
 from ..config.model import FirecrestGroup, FirecrestSite, UnicoreGroup, UnicoreSite
 from ..errors import ConfigurationError, LaunchersError
 from ..jobs.task import Task, command, sanitize_name
+from ..slurm.settings import launcher_environment
 from .backend_config import BackendConfig, Site, load_backend_config, resolve_account, to_launcher
-from .environment import Environment, check_project_paths, validate_environment
+from .environment import Environment, check_project_paths, mixed_forms, validate_environment
 from .exclude import ExcludeRules, Upload, UploadSet, collect_uploads
 from .mlproject import (
     EntryPoint,
@@ -70,6 +73,9 @@ class RunPlan:
     uploads: UploadSet
     image: Upload | None = None
     environment: Environment = attrs.field(factory=Environment)
+    #: launchers.yaml's ``environment:`` block of the group (with ``-r``: its partition's and
+    #: node group's too), written by the one renderer; ``environment`` is then empty
+    block: Block = EMPTY
     site: Site | None = None
     resources: Resources | None = None
     account: str | None = None
@@ -135,6 +141,7 @@ class RunPlan:
                 cpus_per_node=self.resources.cpus_per_node if self.resources else None,
                 run_id=self.run_id,
                 empty_files=self.empty_files,
+                block=self.block,
             )
         )
 
@@ -225,6 +232,7 @@ def plan_run(
     launcher: Any = None
     site: Site | None = None
     environment = Environment()
+    block: Block = EMPTY
     resources: Resources | None = None
     sbatch: tuple[tuple[str, str | bool], ...] = ()
     if backend_config is not None:
@@ -232,6 +240,16 @@ def plan_run(
         backend = load_backend_config(backend_config, account=account, group=grp, environ=env_vars)
         kind = backend.site_kind or "unicore"
         site, environment, resources = backend.site, backend.environment, backend.resources
+        if isinstance(grp, (UnicoreGroup, FirecrestGroup)):
+            block = grp.job_environment
+            problem = mixed_forms(
+                environment,
+                block,
+                f"the environment: of group {grp.label!r}",
+                theirs="the file's Environment",
+            )
+            if problem:
+                raise ConfigurationError(problem, file=str(backend_config), key="Environment")
         acct = backend.account
         rules = backend.exclude
         if kind in ("firecrest", "unicore"):
@@ -264,6 +282,8 @@ def plan_run(
                     f"{kind}.{grp_value.label}.environment",
                     site_kind=kind,
                 )
+            else:
+                block = launcher_environment(launcher)
             resources = resources_from_options(launcher.options)
             sbatch = finder_pairs(launcher.sbatch_args(), acct)
 
@@ -293,7 +313,13 @@ def plan_run(
         notes.append(f"{image.relpath}: {image.note}")
 
     cmd = build_command(ep, given, uploads.paths)
-    exports = tuple(passed_environment(env_vars, pass_env, environment.variable_names))
+    exports = tuple(
+        passed_environment(
+            env_vars,
+            pass_env,
+            environment.variable_names | {n for n, _ in block.variables or ()},
+        )
+    )
     name = sanitize_name(ep.name[:-3] if ep.name.endswith((".py", ".sh")) else ep.name)
     cwd = None if kind in REMOTE_KINDS else str(project_path.resolve())
     task = command(["bash", "-c", cmd], name=name, env=dict(exports), cwd=cwd)
@@ -308,6 +334,7 @@ def plan_run(
         uploads=uploads,
         image=image,
         environment=environment,
+        block=block,
         site=site,
         resources=resources,
         account=acct,

@@ -3,7 +3,9 @@ its ``BSS file``.
 
 Pure renderers: values in, text or JSON-ready dicts out. The script runs each step of the
 environment only if the previous one succeeded, names a failing step in ``job.err`` and writes
-``job.rc`` atomically on every exit.
+``job.rc`` atomically on every exit. A Compute Backend Config's ``Environment`` is written as
+Mantik runs it; launchers.yaml's ``environment:`` block gets the one renderer's lines
+(``slurm.envscript``), as in a Slurm job script (docs/remote-sites.md, "The same model").
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from typing import Any
 import attrs
 
 from .._version import __version__
+from ..config.environment import EMPTY
+from ..config.environment import Environment as Block
 from ..errors import ScriptError
+from ..slurm.envscript import ENV_FUNCTIONS, render_environment
 from ..slurm.script import directive, sh_quote, split_arg
 from .environment import Environment, Snippet
 from .resources import Resources
@@ -88,6 +93,16 @@ class JobScriptSpec:
     run_id: str = ""
     #: project files of size 0, created by the script (firecREST never finishes an empty upload)
     empty_files: tuple[str, ...] = ()
+    #: launchers.yaml's ``environment:`` block (docs/configuration.md, Environment), written by
+    #: the one renderer (``slurm.envscript``) instead of ``environment`` (which must then be empty)
+    block: Block = EMPTY
+    #: the command as words (a command task's argv), run as they are (in the container as its
+    #: arguments); empty: ``command``, shell text. Used with ``block`` only.
+    argv: tuple[str, ...] = ()
+    #: the working directory (relative to the run directory, or absolute), with ``block`` only
+    cwd: str | None = None
+    #: GPUs the job asks (``--nv`` and the like in a container), with ``block`` only
+    gpus: int = 0
 
 
 def sbatch_pairs(
@@ -185,12 +200,41 @@ _WRITE_RC = r"""    local host native tmp
 """
 
 
+#: the end of a script whose environment is launchers.yaml's block: the teardown lines run on
+#: every exit once the command started (a failure, a cancel), then ``job.rc`` names the failed
+#: environment step (``_l_failed``), and the exit code is the command's
+_FINISH_BLOCK = r"""launchers_rc=0
+launchers_signal=null
+launchers_started=0
+launchers_start=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+launchers_finish() {
+    local code=$?
+    trap '' TERM INT
+    [ "$launchers_rc" -eq 0 ] && launchers_rc=$code
+    if [ "$launchers_started" = 1 ]; then
+        launchers_started=0
+__TEARDOWN__    fi
+__WRITE_RC__    exit "$launchers_rc"
+}
+trap launchers_finish EXIT
+trap 'launchers_signal=15; launchers_rc=143; exit 143' TERM
+trap 'launchers_signal=2; launchers_rc=130; exit 130' INT"""
+
+
 def render_job_script(spec: JobScriptSpec) -> str:
     """``job.sh`` for a UNICORE or firecREST run: steps (1) to (7) of docs/design/remote-sites.md §3.1.
 
     ``transport="ssh"``: the script an SSH site's Slurm job script runs (``bash -l``): no
-    ``#SBATCH`` lines and no ``job.rc`` (the Slurm job script has both)."""
+    ``#SBATCH`` lines and no ``job.rc`` (the Slurm job script has both). With ``block`` (the
+    ``environment:`` of launchers.yaml), the environment lines are the one renderer's
+    (``slurm.envscript``), as in a Slurm job script; else the Compute Backend Config's
+    ``Environment`` is written as Mantik runs it."""
     env = spec.environment
+    if not spec.block.is_empty and env != Environment():
+        raise ScriptError(
+            "a job has one environment: launchers.yaml's environment: block or a Compute Backend "
+            "Config's Environment, not both"
+        )
     lines = ["#!/bin/bash -l"]
     if spec.transport == "firecrest":
         if not spec.run_dir:
@@ -221,6 +265,8 @@ def render_job_script(spec: JobScriptSpec) -> str:
     )
     lines.append('export LAUNCHERS_WORKDIR="$PWD"')
     lines.append('export MANTIK_WORKING_DIRECTORY="$LAUNCHERS_WORKDIR"')
+    if not spec.block.is_empty:
+        return "\n".join(lines + _block_body(spec)) + "\n"
     lines.append(_FINISH.replace("__WRITE_RC__", "" if spec.transport == "ssh" else _WRITE_RC))
     if spec.empty_files:
         lines += _step("empty project files", empty_files_line(spec.empty_files))
@@ -247,6 +293,57 @@ def render_job_script(spec: JobScriptSpec) -> str:
     lines.append("launchers_step=")
     lines.append('exit "$launchers_rc"')
     return "\n".join(lines) + "\n"
+
+
+def _block_body(spec: JobScriptSpec) -> list[str]:
+    """After ``cd`` to the run directory, for launchers.yaml's ``environment:`` block: the
+    variables (single-quoted, as everywhere with this block), the renderer's setup lines, the
+    command (in the container), the teardown lines on every exit after the command started."""
+    block = spec.block
+    here = '"$_l_cwd"'
+    env = render_environment(
+        block.without_variables(), job_dir="/", cwd="/", gpus=spec.gpus, slurm=True, here=here
+    )
+    teardown = "".join(f"        {line}\n" for line in env.teardown)
+    write_rc = (
+        ""
+        if spec.transport == "ssh"
+        else _WRITE_RC.replace('"$launchers_failed_step"', '"$_l_failed"')
+    )
+    lines = [_FINISH_BLOCK.replace("__TEARDOWN__", teardown).replace("__WRITE_RC__", write_rc)]
+    if spec.empty_files:
+        lines.append(
+            f'{empty_files_line(spec.empty_files)} || {{ echo "launchers: cannot create the '
+            f'empty project files" >&2; exit 1; }}'
+        )
+    variables = block.variables or ()
+    for name, value in variables:
+        lines.append(f"export {name}={sh_quote(value, what=f'variables.{name}')}")
+    if spec.cpus_per_node is not None and "SRUN_CPUS_PER_TASK" not in dict(variables):
+        lines.append(f'export SRUN_CPUS_PER_TASK="{spec.cpus_per_node}"')
+    for name, value in spec.exports:
+        lines.append(f"export {name}={sh_quote(value, what=name)}")
+    if spec.cwd:
+        cwd = sh_quote(spec.cwd, what="cwd")
+        lines.append(
+            f'cd -- {cwd} || {{ echo "launchers: cannot change to the working directory "{cwd} '
+            ">&2; exit 1; }"
+        )
+    lines.append("_l_cwd=$PWD")
+    lines.append("_l_host=$(uname -n 2>/dev/null)")
+    lines.append("_l_rc=0")
+    lines.extend(ENV_FUNCTIONS.rstrip("\n").split("\n"))
+    lines.extend(env.setup)
+    if spec.argv:
+        command = " ".join(sh_quote(a, what="an argument of the command") for a in spec.argv)
+    elif env.wrap:
+        command = f"bash -c {sh_quote(spec.command.strip(chr(10)), what='the command')}"
+    else:
+        command = f"eval {sh_quote(spec.command.strip(chr(10)), what='the command')}"
+    lines.append("launchers_started=1")
+    lines.append(" ".join([*env.wrap, command]))
+    lines.append('exit "$?"')
+    return lines
 
 
 def empty_files_line(paths: Sequence[str]) -> str:

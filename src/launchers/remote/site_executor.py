@@ -30,7 +30,7 @@ from ..jobs.update import StateUpdate
 from ..runtime.executor import Executor
 from .decide import gives_up_outputs
 from .outputs import RemoteOutputs, attached_payload
-from .payload import RemotePayload, check_task, task_payload
+from .payload import RemotePayload, check_task, site_environment, task_payload
 from .settings import (
     SITE_NAME,
     Credential,
@@ -132,9 +132,10 @@ class SiteExecutor(RemoteOutputs, Executor):
     # -- submission -------------------------------------------------------------------------------
 
     def validate(self, launcher: Launcher, task: Task) -> None:
-        """Before anything is recorded: a command task, the site's own checks, and the
-        credential variables are set."""
+        """Before anything is recorded: a command task with an environment in one form (and
+        one a script can run), the site's own checks, and the credential variables are set."""
         check_task(task, self.kind)
+        site_environment(launcher, task, self.kind)
         self.check_site()
         self.credentials()
 

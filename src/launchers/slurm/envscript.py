@@ -11,6 +11,8 @@ step's label (``modules[0]``, ``venv``, ``setup[1]``...) in ``job.rc``.
 
 from __future__ import annotations
 
+import re
+
 import attrs
 
 from ..config.environment import Container, Environment
@@ -74,6 +76,20 @@ PYTHON_IN_IMAGE = (
 )
 
 
+#: the labels of the steps a failing environment line is named by (``_l_fail LABEL``)
+STEP_LABEL = re.compile(r"(?:purge|venv|conda|(?:modules|setup)\[\d+\])\Z")
+
+#: stands for the working directory in the words of a container when the script learns that
+#: directory only when it runs (``here=``); a NUL, which no value may hold (``sh_quote``)
+_HERE = "\0"
+
+
+def is_environment_step(label: str | None) -> bool:
+    """Whether ``label`` (``job.rc``'s ``step``) names a step of this renderer
+    (``modules[0]``, ``venv``, ``setup[1]``...), not another script's."""
+    return bool(label) and STEP_LABEL.match(label or "") is not None
+
+
 def _step(label: str, command: str) -> str:
     return f"{command} || _l_fail {sh_quote(label)} $?"
 
@@ -88,10 +104,32 @@ def _path(value: str, what: str) -> str:
 
 
 def container_words(
-    box: Container, *, job_dir: str, cwd: str, gpus: int, callable_task: bool, slurm: bool
+    box: Container,
+    *,
+    job_dir: str,
+    cwd: str,
+    gpus: int,
+    callable_task: bool,
+    slurm: bool,
+    here: str | None = None,
 ) -> list[str]:
-    """The quoted words that run a command in ``box`` (each runtime's documented syntax)."""
-    q = sh_quote
+    """The quoted words that run a command in ``box`` (each runtime's documented syntax).
+
+    ``here``: a shell expression (``"$_l_cwd"``) standing for ``cwd`` and ``job_dir``, for a
+    script that learns its directory only when it runs (a UNICORE job's)."""
+    if here is None:
+        q = sh_quote
+    else:
+        for value in (box.image, *box.options, *box.bind, *(f"{n}={v}" for n, v in box.env)):
+            sh_quote(value, what="a container value")  # a NUL: the ScriptError of every value
+        cwd = job_dir = _HERE
+
+        def q(value: str, *, what: str = "value") -> str:
+            parts = value.split(_HERE)
+            if len(parts) == 1:
+                return sh_quote(value, what=what)
+            return here.join(sh_quote(p, what=what) if p else "" for p in parts)
+
     image = q(box.image, what="container.image")
     mounts = list(box.bind)
     env = list(box.env)
@@ -165,8 +203,10 @@ def render_environment(
     gpus: int = 0,
     callable_task: bool = False,
     slurm: bool = True,
+    here: str | None = None,
 ) -> EnvironmentLines:
-    """The lines and words ``env`` adds to a job script (empty for an empty environment)."""
+    """The lines and words ``env`` adds to a job script (empty for an empty environment).
+    ``here`` (see ``container_words``): the working directory as a shell expression."""
     if env.is_empty:
         return EnvironmentLines()
     setup: list[str] = []
@@ -201,6 +241,7 @@ def render_environment(
             gpus=gpus,
             callable_task=callable_task,
             slurm=slurm,
+            here=here,
         )
         if callable_task:
             wrap += ["sh", "-c", sh_quote(PYTHON_IN_IMAGE), sh_quote(env.container.image)]
@@ -240,9 +281,11 @@ def render_wrapper(
 __all__ = [
     "ENV_FUNCTIONS",
     "PYTHON_IN_IMAGE",
+    "STEP_LABEL",
     "EnvironmentLines",
     "check_environment",
     "container_words",
+    "is_environment_step",
     "render_environment",
     "render_wrapper",
 ]
