@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import registry
+from .jobs import attach as submission
 from .jobs import job as jobs
 
 if TYPE_CHECKING:
@@ -32,10 +33,10 @@ class DefaultServices:
     def submit_task(
         self, task: Task, launcher: Launcher | None, *, force: bool, after: Sequence[object] | None
     ) -> jobs.Job:
-        return jobs.submit_task(task, launcher, force=force, after=after)
+        return submission.submit_task(task, launcher, force=force, after=after)
 
     def attach(self, task: Task, directory: Path, launcher: Launcher) -> jobs.Job:
-        return jobs.attach(task, directory, launcher)
+        return submission.attach(task, directory, launcher)
 
     def adopt(self, directory: Path, record: StateRecord, launcher: Launcher) -> jobs.Job:
         return jobs.Job(None, directory, record, launcher=launcher, executor=launcher.executor())

@@ -22,7 +22,12 @@ KNOWN_CYCLES: list[set[str]] = []
 UNMARKED_ALLOWED: set[str] = set()
 
 #: The runtime and the kinds (layers 3 and 4) use ``protocols.JobHandle``, never these.
-USER_API = ("launchers.jobs.job", "launchers.jobs.experiment", "launchers.services")
+USER_API = (
+    "launchers.jobs.attach",
+    "launchers.jobs.job",
+    "launchers.jobs.experiment",
+    "launchers.services",
+)
 RUNTIME_AND_KINDS = (
     "launchers.runtime",
     "launchers.connectors",
