@@ -112,7 +112,9 @@ def test_a_failing_lookup_is_not_an_answer() -> None:
 
 
 def test_gives_up_at_the_deadline_with_the_last_message() -> None:
-    tuning = SlurmTuning(retry_first=0.01, retry_total=0.015)
+    # the second try comes after 1 s, a third would come 2 s later, past the 1.5 s deadline (a
+    # first try may take half a second on a loaded machine without changing the count)
+    tuning = SlurmTuning(retry_first=1.0, retry_total=1.5)
     cluster, fake = fake_cluster([TRANSIENT, TRANSIENT, TRANSIENT])
     assert sbatch(cluster, tuning) == GaveUp(TRANSIENT.stderr.strip())
     assert len(fake.calls) == 2

@@ -213,8 +213,11 @@ def test_slurm_poll_switches_to_user_query_above_the_id_limit(clean: dict[str, s
         await ex.user()
         rec = Recorder(monkeypatch)
         out = await ex.poll(jobs)  # type: ignore[arg-type]
-        assert len(rec.calls) == 1
-        ((argv, stdin, res),) = rec.calls
+        # the poll of all 1,500 jobs is one command (fetching the ended jobs' outputs goes
+        # through SFTP, or through the shell where SFTP is slow to answer on a loaded machine)
+        polls = [c for c in rec.calls if c[0][:2] == ["sh", "-c"] and "@@rc" in c[0][2]]
+        assert len(polls) == 1, [c[0][:3] for c in rec.calls]
+        ((argv, stdin, res),) = polls
         script = argv[2]
         assert "--jobs=" not in script
         assert (
@@ -292,8 +295,11 @@ def test_direct_remote_poll_of_1500_jobs_is_one_small_command(clean: dict[str, s
         ex = RemoteDirectExecutor(("direct-remote", "box"), "box", str(conf))
         rec = Recorder(monkeypatch)
         out = await ex.poll(jobs)  # type: ignore[arg-type]
-        assert len(rec.calls) == 1
-        ((argv, stdin, res),) = rec.calls
+        # the poll of all 1,500 jobs is one command (fetching the ended jobs' outputs goes
+        # through SFTP, or through the shell where SFTP is slow to answer on a loaded machine)
+        polls = [c for c in rec.calls if c[0][:2] == ["sh", "-c"] and "BOOT" in c[0][2]]
+        assert len(polls) == 1, [c[0][:3] for c in rec.calls]
+        ((argv, stdin, res),) = polls
         assert res.returncode == 0, res.stderr
         assert sum(len(a) + 1 for a in argv) < 4096
         assert argv[4:] == [str(tmp_path / "remote" / "odd" / "new\nline")]
