@@ -54,7 +54,7 @@ def _k(kind: str, doc: str, default: Any = None, **kw: Any) -> Key:
     return Key(kind, doc, default, **kw)
 
 
-#: ``find_launcher(strategy=...)`` and the top-level ``strategy:`` (finder.md "Strategies").
+#: ``find_launcher(strategy=...)`` and the top-level ``strategy:`` (docs/finder.md, "Strategies").
 STRATEGIES = ("order", "earliest_start")
 
 _CONFIGURATION_CPU: dict[str, Key] = {
@@ -149,7 +149,7 @@ _COMMON: dict[str, Key] = {
     "weight": _k("int", "higher is tried first", 0),
     "tags": _k("strings", "tags for find_launcher(tags=...)", ()),
     "connector": _k("str", "local, or the name of an SSH connector", "local"),
-    "batch": _k("section", "batch every job of this group (batching.md)", section="batch"),
+    "batch": _k("section", "batch every job of this group (docs/batching.md)", section="batch"),
 }
 
 _LOCAL_CPU: dict[str, Key] = {
@@ -348,7 +348,7 @@ _TOP: dict[str, Key] = {
     "strategy": _k(
         "enum",
         "how find_launcher picks among groups: order (weight, then file order) or "
-        "earliest_start (where Slurm expects the job to start first; finder.md)",
+        "earliest_start (where Slurm expects the job to start first; docs/finder.md)",
         "order",
         choices=STRATEGIES,
     ),
