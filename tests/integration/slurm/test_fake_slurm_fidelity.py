@@ -107,9 +107,11 @@ def pending_with_a_reason(side: Side) -> tuple[Any, ...]:
     if side.fake is not None:
         for job in side.fake.jobs.values():
             side.fake.pend(job.job_id, "JobHeldUser")
-    # sacct lists a job a moment after sbatch answered (slurmdbd is behind slurmctld)
+    # sacct lists a job a moment after sbatch answered (slurmdbd is behind slurmctld), and with
+    # the reason "None" until slurmctld's first scheduling pass has looked at it
     rows = side.until(
-        lambda r: len(r) == 4 and all(x.reason for x in r.values()), list(ids.values())
+        lambda r: len(r) == 4 and all(x.reason not in (None, "", "None") for x in r.values()),
+        list(ids.values()),
     )
     queue = shape(side.squeue(), ids)
     named = side.run(C.named_squeue_argv(side_user(), "lnchfid-held", None))
