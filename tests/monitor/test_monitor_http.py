@@ -210,6 +210,17 @@ def test_new_and_removed_jobs_and_the_stat_sweep(xp: Path) -> None:
         assert len(jobs["table"]["rows"]) == 4
 
 
+def test_a_request_about_a_job_not_yet_seen_reads_it(xp: Path) -> None:
+    """A request may outrun the watcher (a script submits, then calls the API at once): the job
+    named is read on demand, not answered 404 until the next sweep."""
+    with serving(xp, use_inotify=False) as m:
+        e = exp_id(m)
+        make_job(xp, "fresh", "5" * 16, "RUNNING", queue=None, run=None)
+        r = get(m, f"/api/x/{e}/job/fresh/{'5' * 16}")
+        assert r.status_code == 200, r.text
+        assert get(m, f"/api/x/{e}/job/fresh/{'6' * 16}").status_code == 404
+
+
 # -- security ---------------------------------------------------------------------------------
 
 

@@ -293,14 +293,18 @@ def create_app(
     def experiment(request: Request) -> ExperimentState | None:
         return index.experiments.get(request.path_params["exp"])
 
-    def job_key(request: Request, state: ExperimentState) -> str | None:
+    async def job_key(request: Request, state: ExperimentState) -> str | None:
+        """The request's ``NAME/DIGEST`` when it names a job of ``state``; a job written since
+        the last change the watcher reported (a request can outrun inotify) is read now."""
         name, digest = request.path_params["name"], request.path_params["digest"]
         if not (security.job_part_ok(name) and security.job_part_ok(digest)):
             return None
         key = f"{name}/{digest}"
-        if key not in state.rows or not security.inside(state.exp.jobs / key, state.exp.jobs):
+        if not security.inside(state.exp.jobs / key, state.exp.jobs):
             return None
-        return key
+        if key not in state.rows:
+            await index.read_new(state, key)
+        return key if key in state.rows else None
 
     async def home(request: Request) -> Response:
         body = page.replace("{{TOKEN}}", html.escape(token, quote=True))
@@ -354,7 +358,7 @@ def create_app(
 
     async def job(request: Request) -> Response:
         state = experiment(request)
-        key = None if state is None else job_key(request, state)
+        key = None if state is None else await job_key(request, state)
         if state is None or key is None:
             return _error(404, "no such job")
         detail = await asyncio.to_thread(job_detail, state, key, index.clock())
@@ -364,7 +368,7 @@ def create_app(
 
     async def job_file(request: Request) -> Response:
         state = experiment(request)
-        key = None if state is None else job_key(request, state)
+        key = None if state is None else await job_key(request, state)
         if state is None or key is None:
             return _error(404, "no such job")
         attempt_text = request.query_params.get("attempt")
@@ -386,7 +390,7 @@ def create_app(
 
     async def follow(request: Request) -> Response:
         state = experiment(request)
-        key = None if state is None else job_key(request, state)
+        key = None if state is None else await job_key(request, state)
         if state is None or key is None:
             return _error(404, "no such job")
         directory = state.exp.jobs / key
@@ -449,7 +453,7 @@ def create_app(
 
     async def cancel_job(request: Request) -> Response:
         state = experiment(request)
-        key = None if state is None else job_key(request, state)
+        key = None if state is None else await job_key(request, state)
         if state is None or key is None:
             return _error(404, "no such job")
         done = await asyncio.to_thread(actions.cancel, [state.exp.jobs / key])
@@ -459,6 +463,7 @@ def create_app(
         state = experiment(request)
         if state is None:
             return _error(404, "no such experiment")
+        await index.catch_up(state)
         dirs = [state.exp.jobs / k for k in sorted(state.unfinished())]
         done = await asyncio.to_thread(actions.cancel, dirs)
         requested = sum(1 for d in done if d.get("requested"))

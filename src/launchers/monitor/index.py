@@ -355,6 +355,15 @@ class Index:
             for listener in self.listeners:
                 listener(state, changed)
 
+    async def catch_up(self, state: ExperimentState) -> None:
+        """List the experiment now, for an action that must see every job (cancel all)."""
+        await self._relist(state)
+
+    async def read_new(self, state: ExperimentState, key: str) -> None:
+        """Read one job the watcher has not reported yet, if its record exists."""
+        if (state.exp.jobs / key / "state.json").is_file():
+            await self._refresh(state, [key])
+
     def _remove(self, state: ExperimentState, keys: Sequence[str]) -> None:
         keys = [k for k in keys if k in state.rows]
         if not keys:
