@@ -372,6 +372,23 @@ def test_gone_decided_by_job_rc() -> None:
     assert (asked.update.state, asked.update.reason) == (JobState.CANCELLED, "cancelled on request")
 
 
+@pytest.mark.parametrize("cancel", [False, True])
+@pytest.mark.parametrize("code,signal", [(0, None), (1, None), (143, 15), (0, 9), (None, 15)])
+def test_slurm_judges_job_rc_by_the_one_rule(
+    code: int | None, signal: int | None, cancel: bool
+) -> None:
+    """A matching job.rc, read before Slurm answers or once Slurm forgot the job, ends the job
+    exactly as ``update_for_rc`` says for every kind (docs/design/runtime.md §5)."""
+    from launchers.jobs.update import update_for_rc
+
+    record = rc(code, signal=signal, start="S", end="E")
+    job = facts(cancel_requested=cancel)
+    want = update_for_rc(record, attempt=None, cancelled=cancel)
+    assert decide_gone(record, job, SETTINGS, TUNING, NOW).update == want
+    early = decide_rc(record, job).update
+    assert early == (want if want is not None and want.state is JobState.COMPLETED else None)
+
+
 def test_lost_after_polls_spanning_lost_after() -> None:
     seen = Seen()
     t = NOW

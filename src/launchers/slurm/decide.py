@@ -17,7 +17,7 @@ import attrs
 
 from ..jobs.record import RcRecord, epoch_iso, iso_epoch
 from ..jobs.state import JobState
-from ..jobs.update import StateUpdate
+from ..jobs.update import StateUpdate, update_for_rc
 from ..units import parse_slurm_time, slurm_time
 from .parse import UNREADABLE, Row
 from .settings import SlurmSettings, SlurmTuning
@@ -129,9 +129,7 @@ def decide_rc(rc: RcRecord | None, job: JobFacts) -> Decision:
     restarts = _restarts(rc, job)
     effects: tuple[Effect, ...] = () if restarts is None else (RecordRestarts(restarts),)
     if rc.success:
-        update = StateUpdate(state=JobState.COMPLETED, detail="job.rc", exit_code=0, reason="",
-                             started_at=rc.start, ended_at=rc.end)  # fmt: skip
-        return Decision(update, effects, seen)
+        return Decision(update_for_rc(rc, attempt=None), effects, seen)
     return Decision(None, effects, seen)
 
 
@@ -382,17 +380,9 @@ def decide_gone(
     """No Slurm command knows the job: its job.rc decides, else it is LOST after
     ``lost_polls`` polls spanning ``lost_after``."""
     if rc is not None and rc_matches(rc, job):
-        if rc.success:
-            update = StateUpdate(state=JobState.COMPLETED, detail="job.rc", exit_code=0, reason="")
-        elif job.cancel_requested and rc.signalled:
-            update = StateUpdate(state=JobState.CANCELLED, detail="job.rc", exit_code=rc.rc,
-                                 signal=rc.signal, reason="cancelled on request")  # fmt: skip
-        else:
-            reason = f"killed by signal {rc.signal}" if rc.signal else f"exit code {rc.rc}"
-            reason += f" in environment step {rc.step}" if rc.step else ""
-            update = StateUpdate(state=JobState.FAILED, detail="job.rc", exit_code=rc.rc,
-                                 signal=rc.signal, reason=reason, ended_at=rc.end)  # fmt: skip
-        return Decision(update, (), job.seen)
+        return Decision(
+            update_for_rc(rc, attempt=None, cancelled=job.cancel_requested), (), job.seen
+        )
     first, count = job.seen.missing or (now, 0)
     seen = attrs.evolve(job.seen, missing=(first, count + 1))
     lost_after = settings.lost_after or tuning.lost_after
