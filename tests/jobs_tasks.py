@@ -42,6 +42,18 @@ def echo_env(names: list[str]) -> dict[str, str | None]:
 
 
 @task
+def held(marker: str, release: str) -> int:
+    """Append a line to ``marker`` at start, then wait (up to a minute) until ``release`` exists:
+    a running task that ends when the test says, not after a guessed time."""
+    with open(marker, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return 1
+
+
+@task
 def sleeper(seconds: float, marker: str) -> int:
     """Append a line to ``marker`` at start, then sleep."""
     with open(marker, "a") as f:

@@ -230,7 +230,9 @@ def test_stale_heartbeat_is_recovered_by_next_runner(tmp_path: Path) -> None:
         entry(tmp_path, "s2", ["sh", "-c", "[ $LAUNCHERS_ATTEMPT != 1 ] || exec sleep 30"], seq=1),
     )
     a = start_runner(queue, "--linger", "30", "--runner-id", "A", "--slots", "1")
-    wait_for(lambda: "s2" in Q.scan(queue).running, timeout=30)
+    # the claim is complete once the running entry names its runner (the rename comes first;
+    # a runner killed in between leaves a claim aged by its file, not by A's heartbeat)
+    wait_for(lambda: (Q.read_running(queue, "s2") or {}).get("runner") == "A", timeout=30)
     Q.publish(queue, entry(tmp_path, "s", ["true"]))
     a.kill()
     a.wait()

@@ -195,7 +195,10 @@ _CLIENT = textwrap.dedent(
     import jobs_tasks as tt
     mode = sys.argv[1]
     with experiment({xp!r}, DirectLauncher()):
-        job = tt.sleeper(float(sys.argv[2]), {marker!r}).submit()
+        if sys.argv[2] == "held":
+            job = tt.held({marker!r}, {marker!r} + ".release").submit()
+        else:
+            job = tt.sleeper(float(sys.argv[2]), {marker!r}).submit()
         if mode == "kill-now":
             os.kill(os.getpid(), signal.SIGKILL)
         if mode == "kill-running":
@@ -235,10 +238,11 @@ def test_client_killed_then_rerun_submits_once(tmp_path: Path, mode: str) -> Non
 
 
 def test_crash_between_start_and_record_is_reconciled(tmp_path: Path) -> None:
-    """A record left in SUBMITTING while the process runs: the re-run adopts the process."""
-    p = _client(tmp_path, "kill-running", "2")
+    """A record left in SUBMITTING while the process runs: the re-run adopts the process (which
+    runs until the test releases it, after the adoption, however slow the machine)."""
+    p = _client(tmp_path, "kill-running", "held")
     p.wait(30)
-    job_dir = next((tmp_path / "xp" / "jobs" / "sleeper").iterdir())
+    job_dir = next((tmp_path / "xp" / "jobs" / "held").iterdir())
     rec = read_record(job_dir)
     assert rec is not None and rec.state is JobState.RUNNING
     write_record(
@@ -247,13 +251,19 @@ def test_crash_between_start_and_record_is_reconciled(tmp_path: Path) -> None:
             JobState.SUBMITTING, "simulated crash", native_id=None, extra={"process": None}
         ),
     )
-    p = _client(tmp_path, "normal", "2")
+    p = _client(tmp_path, "normal", "held")
+    deadline = time.monotonic() + 30
+    while True:
+        now = read_record(job_dir)
+        if now is not None and any(h[2] == "adopted after a crash" for h in now.history):
+            break
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.05)
+    (tmp_path / "marker.release").touch()
     out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
     assert out.split() == ["COMPLETED", "1"]
     assert len((tmp_path / "marker").read_text().splitlines()) == 1
-    final = read_record(job_dir)
-    assert final is not None and any(h[2] == "adopted after a crash" for h in final.history)
 
 
 def test_two_processes_one_submission(tmp_path: Path) -> None:

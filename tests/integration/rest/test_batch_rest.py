@@ -283,7 +283,8 @@ def test_cancel_from_another_process_reaches_the_site_queue(
     batch = inner.batched(slots=1, linger=1, walltime="10m", drain_margin="1m", kill_grace=2)
     leaves_nothing.watch(batch.executor())
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "exp", batch):
-        a, b = (command(["sleep", "30"], name=n).submit() for n in ("a", "b"))
+        # long sleeps: only the cancels end them, however slow the machine
+        a, b = (command(["sleep", "300"], name=n).submit() for n in ("a", "b"))
         deadline = time.monotonic() + 60
         while a.state is not JobState.RUNNING and b.state is not JobState.RUNNING:
             assert time.monotonic() < deadline, "no sleeper ran"
