@@ -4,6 +4,7 @@ over the SSH connector (the sandbox's sshd on 127.0.0.1), and survives an sshd o
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,7 +169,10 @@ def test_array_sized_to_the_submit_allowance_over_ssh(
             [command(["sh", "-c", f"sleep 1; echo e{i} over ssh"]) for i in range(5)]
         )
     assert [j.state for j in elements] == [JobState.COMPLETED] * 5
-    assert len({(j.native_id or "").split("_")[0] for j in elements}) == 3  # 2 + 2 + 1
+    chunks = Counter((j.native_id or "").split("_")[0] for j in elements)
+    # 2 + 2 + 1 when a chunk's elements end together; a chunk of 1 when the allowance was read
+    # between the ends of two elements: never more than the allowance, never a refused sbatch
+    assert max(chunks.values()) <= 2 and 3 <= len(chunks) <= 5, chunks
     cmds = executor_commands()
-    assert cmds.get("sbatch") == 3 and cmds.get("sh", 0) >= 3
+    assert cmds.get("sbatch") == len(chunks) and cmds.get("sh", 0) >= len(chunks)
     assert "e4" in elements[4].stdout_path.read_text()
