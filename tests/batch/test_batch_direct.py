@@ -156,10 +156,11 @@ def test_task_arriving_while_pilot_lingers(tmp_path: Path) -> None:
 def test_cancel_pending_and_running(tmp_path: Path) -> None:
     b = batch(slots=1, kill_grace=1)
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", b):
-        running = command(["sleep", "30"], name="long").submit()
+        running = command(["sleep", "300"], name="long").submit()  # only the cancel ends it
         queued = command(["true"], name="queued").submit()
         deadline = time.monotonic() + 20
-        while running.state is not JobState.RUNNING and time.monotonic() < deadline:
+        while running.state is not JobState.RUNNING:
+            assert time.monotonic() < deadline, running.state
             time.sleep(0.05)
         queued.cancel()
         running.cancel()
@@ -178,10 +179,11 @@ def test_cancel_from_another_process(tmp_path: Path, leaves_nothing: Leftovers) 
     b = batch(slots=1, kill_grace=1)
     leaves_nothing.watch(b.executor())
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", b):
-        running = command(["sleep", "30"], name="long").submit()
+        running = command(["sleep", "300"], name="long").submit()  # only the cancel ends it
         queued = command(["true"], name="queued").submit()
         deadline = time.monotonic() + 20
-        while running.state is not JobState.RUNNING and time.monotonic() < deadline:
+        while running.state is not JobState.RUNNING:
+            assert time.monotonic() < deadline, running.state
             time.sleep(0.05)
         for job in (queued, running):
             cancel_in_another_process(job, 30)

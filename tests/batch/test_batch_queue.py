@@ -182,8 +182,10 @@ def test_sigkill_mid_task_gives_attempt_two(tmp_path: Path) -> None:
         ),
     )
     a = start_runner(queue, "--linger", "30", "--runner-id", "A")
-    wait_for(lambda: "k" in Q.scan(queue).running)
-    time.sleep(0.3)
+    out_file = tmp_path / "jobs" / "k" / "job.out"
+    # the claim names its runner and the task started (its banner): only then is A mid-task
+    wait_for(lambda: (Q.read_running(queue, "k") or {}).get("runner") == "A", timeout=30)
+    wait_for(lambda: out_file.exists() and "attempt 1," in out_file.read_text(), timeout=30)
     a.kill()
     a.wait()
     # the pilot is final: the manager re-queues its claims once
@@ -193,7 +195,7 @@ def test_sigkill_mid_task_gives_attempt_two(tmp_path: Path) -> None:
     assert b.wait(20) == 0
     d = done(queue, "k")
     assert d["state"] == "COMPLETED" and d["attempt"] == 2 and d["runner"] == "B"
-    out = (tmp_path / "jobs" / "k" / "job.out").read_text()
+    out = out_file.read_text()
     assert "attempt 1," in out and "attempt 2," in out
     assert "runner A lost, task re-queued" in (tmp_path / "jobs" / "k" / "job.err").read_text()
     time.sleep(0.2)

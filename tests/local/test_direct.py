@@ -170,9 +170,11 @@ def test_cancel_and_lost(tmp_path: Path) -> None:
 def test_max_jobs_and_export_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAUNCHERS_SECRET_VAR", "visible?")
     launcher = direct(max_jobs=1, export="NONE", env=(("FROM_GROUP", "g v"),))
-    with experiment(tmp_path, launcher):
+    release = tmp_path / "release"  # a runs until b was seen waiting for its slot
+    hold = f"while [ ! -e {release} ]; do sleep 0.02; done"
+    with experiment(tmp_path / "xp", launcher):
         a = command(
-            ["sh", "-c", "sleep 0.5; echo ${LAUNCHERS_SECRET_VAR:-unset} $FROM_GROUP $TASKV $HOME"],
+            ["sh", "-c", hold + "; echo ${LAUNCHERS_SECRET_VAR:-unset} $FROM_GROUP $TASKV $HOME"],
             env={"TASKV": "t"},
         ).submit()
         b = command(["sh", "-c", "echo second"]).submit()
@@ -182,6 +184,7 @@ def test_max_jobs_and_export_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             time.sleep(0.02)
         time.sleep(0.1)
         assert b.state is JobState.WAITING and b.reason is not None and "free slot" in b.reason
+        release.touch()
     assert a.stdout_path.read_text().splitlines()[1] == f"unset g v t {os.environ['HOME']}"
     assert b.record.started_at is not None and a.record.ended_at is not None
 
@@ -354,14 +357,15 @@ def test_direct_over_ssh(tmp_path: Path, slurm_cluster: dict[str, str]) -> None:
 
 
 def test_exception_leaves_jobs_running(tmp_path: Path) -> None:
-    marker = tmp_path / "m"
-    argv = ["sh", "-c", f"sleep 0.5; echo done >> {marker}"]
+    marker, release = tmp_path / "m", tmp_path / "release"  # the job runs until released
+    argv = ["sh", "-c", f"while [ ! -e {release} ]; do sleep 0.02; done; echo done >> {marker}"]
     with pytest.raises(KeyboardInterrupt), experiment(tmp_path / "xp", direct(), progress=False):
         job = command(argv).submit()
         while job.state is not JobState.RUNNING:
             time.sleep(0.02)
         raise KeyboardInterrupt  # as a Ctrl-C would: nothing is cancelled, nothing waited for
     assert not job.state.is_final
+    release.touch()
     current_runtime().forget_jobs()  # as in a new process
     with experiment(tmp_path / "xp", direct(), progress=False):
         again = command(argv).submit()

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from launchers.config.loader import load_config
 from launchers.errors import LaunchersError
 from launchers.jobs.experiment import experiment
 from launchers.jobs.proc import ProcessId
+from launchers.jobs.record import read_record
 from launchers.jobs.task import command
 from launchers.local import tokens
 from launchers.local.launcher import DirectLauncher
@@ -91,7 +93,8 @@ _CLIENT = textwrap.dedent(
     group = load_config({cfg!r}).groups[0]
     reasons = set()
     with experiment({xp!r}, DirectLauncher(group=group), progress=False):
-        job = command(["sh", "-c", "date +%s.%N; sleep 0.8; date +%s.%N"], name=sys.argv[1]).submit()
+        hold = "date +%s.%N; while [ ! -e {release} ]; do sleep 0.02; done; date +%s.%N"
+        job = command(["sh", "-c", hold], name=sys.argv[1]).submit()
         while not job.state.is_final:
             if job.reason:
                 reasons.add(job.reason)
@@ -101,10 +104,19 @@ _CLIENT = textwrap.dedent(
 )
 
 
+def _someone_waits_for_the_token(xp: Path) -> bool:
+    for path in xp.glob("jobs/job*/*"):
+        rec = read_record(path)
+        if rec is not None and "waiting for token gpu" in (rec.reason or ""):
+            return True
+    return False
+
+
 def test_tokens_across_processes(tmp_path: Path) -> None:
     cfg = _config(tmp_path, total=1, need=1)
     script = tmp_path / "client.py"
-    script.write_text(_CLIENT.format(cfg=str(cfg), xp=str(tmp_path / "xp")))
+    release = tmp_path / "release"
+    script.write_text(_CLIENT.format(cfg=str(cfg), xp=str(tmp_path / "xp"), release=str(release)))
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), f"job{i}"],
@@ -115,6 +127,12 @@ def test_tokens_across_processes(tmp_path: Path) -> None:
         )
         for i in range(2)
     ]
+    # the job that got the token runs until one waits for it (however slow the second start)
+    deadline = time.monotonic() + 60
+    while not _someone_waits_for_the_token(tmp_path / "xp"):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.05)
+    release.touch()
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=60)

@@ -150,6 +150,7 @@ class Events:
         return events
 
 
+@pytest.mark.timing  # inotify is told from the 2 s sweep by the time the row took
 def test_live_rows_and_followed_output(monitor: Any, xp: Path) -> None:
     e = exp_id(monitor)
     job = xp / "jobs" / "eval" / D3

@@ -357,7 +357,7 @@ def test_requeue_counts_every_extra_attempt(tmp_path: Path, attempt: int, requeu
         job_dir=str(job),
         task_id="t-1",
         job_name=f"t-1-a{attempt}",
-        argv=("sleep", "30"),
+        argv=("sh", "-c", "echo started > started; exec sleep 30"),
         attempt=attempt,
         resumable=True,
         max_requeues=3,
@@ -370,11 +370,11 @@ def test_requeue_counts_every_extra_attempt(tmp_path: Path, attempt: int, requeu
         proc = subprocess.Popen(
             ["bash", str(job / "job.sh")], env=env, stdout=out, stderr=err, cwd=job
         )
-    deadline = time.monotonic() + 10
-    while "==== launchers: attempt" not in (job / "job.out").read_text():
-        assert time.monotonic() < deadline
+    deadline = time.monotonic() + 30
+    while not (job / "started").exists():  # the task runs: the traps are set before it starts
+        assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.05)
-    time.sleep(0.2)  # the task is started
+    time.sleep(0.1)  # the shell has stored the task's pid ($!) right after starting it
     proc.send_signal(signal.SIGUSR1)
     assert proc.wait(20) == (0 if requeued else 128 + signal.SIGUSR1)
     assert (log.exists() and "requeue 777" in log.read_text()) is requeued
