@@ -389,6 +389,27 @@ def test_slurm_judges_job_rc_by_the_one_rule(
     assert early == (want if want is not None and want.state is JobState.COMPLETED else None)
 
 
+def test_failed_in_squeue_before_job_rc_was_read_waits_one_cycle() -> None:
+    """Without accounting, squeue's FAILED gives no exit code, and the cycle read job.rc before
+    asking Slurm: one more cycle (at once) reads the job.rc the job wrote in between; with none
+    then either, FAILED says the exit code is unknown instead of "exit code None"."""
+    failed = row("FAILED", source="squeue")
+    first = decide(failed, None, facts(), SETTINGS, TUNING, NOW, my_uid=0)
+    assert first.update is None and WakeTracker() in first.effects and first.seen.rc_awaited
+    then = decide(failed, rc(3), facts(seen=first.seen), SETTINGS, TUNING, NOW, my_uid=0)
+    assert (then.update.state, then.update.exit_code, then.update.reason) == (
+        JobState.FAILED,
+        3,
+        "exit code 3",
+    )
+    never = decide(failed, None, facts(seen=first.seen), SETTINGS, TUNING, NOW, my_uid=0)
+    assert never.update.state is JobState.FAILED and never.update.exit_code is None
+    assert never.update.reason == "exit code unknown (no accounting, no job.rc)"
+    # sacct gives the exit code: no wait
+    now = decide(row("FAILED", exit_code=2), None, facts(), SETTINGS, TUNING, NOW, my_uid=0)
+    assert now.update.state is JobState.FAILED and now.update.reason == "exit code 2"
+
+
 def test_lost_after_polls_spanning_lost_after() -> None:
     seen = Seen()
     t = NOW

@@ -234,6 +234,29 @@ def test_squeue_and_job_rc_without_accounting(fresh: Any, tmp_path: Path) -> Non
     assert long.state is JobState.CANCELLED
 
 
+def test_a_job_that_ends_between_job_rc_and_squeue_keeps_its_exit_code(
+    fresh: Any, tmp_path: Path
+) -> None:
+    """Without accounting, a cycle reads ``job.rc`` first, then asks squeue. A job whose script
+    exits in between shows FAILED in squeue (no exit code there) while this cycle saw no
+    job.rc: the next cycle reads it, so the job ends FAILED with its exit code, not "None"."""
+    fake = FakeSlurm(accounting=False)
+
+    def play(f: FakeSlurm) -> None:
+        for job in list(f.jobs.values()):
+            if job.state == "PENDING":
+                f.start(job.job_id)
+            elif job.state == "RUNNING":
+                f.finish(job.job_id, 7)  # job.rc written and FAILED at once, during the query
+
+    fake.on_query = play
+    L = make_launcher(id="na")
+    fake_executor(L, fake)
+    with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
+        job = command(["sh", "-c", "exit 7"]).submit()
+    assert (job.state, job.exit_code, job.reason) == (JobState.FAILED, 7, "exit code 7")
+
+
 def test_slurmctld_outage_fails_nothing(fresh: Any, tmp_path: Path) -> None:
     """slurmctld down for 30 s of virtual time on a cluster without accounting: failed
     queries change nothing, jobs that end meanwhile are decided by their job.rc, and a job

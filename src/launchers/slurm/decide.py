@@ -38,6 +38,9 @@ class Seen:
     requeue_seen: int | None = None
     #: a job.rc of this attempt woke the tracker already (fast checks)
     rc_woke: bool = False
+    #: Slurm said FAILED with no exit code (squeue: no accounting) before any job.rc was read:
+    #: one more cycle reads it
+    rc_awaited: bool = False
 
 
 @attrs.frozen
@@ -315,6 +318,10 @@ def decide(
         and attempt - 1 < settings.max_requeues
     ):
         return Decision(None, (*effects, Resubmit(state)), seen)
+    if state is JobState.FAILED and row.exit_code is None and not rc_ok and not seen.rc_awaited:
+        # squeue gives no exit code, and this cycle read job.rc before asking Slurm: the job may
+        # have written it in between. One more cycle, at once, reads it.
+        return Decision(None, (*effects, WakeTracker()), attrs.evolve(seen, rc_awaited=True))
     ended = _slurm_time(row.end)
     exit_code, sig = row.exit_code, row.exit_signal or None
     if rc_ok and rc is not None:
@@ -326,7 +333,8 @@ def decide(
         if status.cancelled_by is not None:  # "CANCELLED by 1234": the uid is recorded
             common["extra"] = {"cancelled_by": status.cancelled_by}
     elif state is JobState.FAILED:
-        reason = status.note or (f"killed by signal {sig}" if sig else f"exit code {exit_code}")
+        code = "unknown (no accounting, no job.rc)" if exit_code is None else exit_code
+        reason = status.note or (f"killed by signal {sig}" if sig else f"exit code {code}")
         if rc_ok and rc is not None and rc.step:
             reason += f" in environment step {rc.step}"
     elif state is not JobState.COMPLETED:
