@@ -6,6 +6,13 @@ It answers the command lines the Slurm executor runs (``slurm.commands``, ``slur
 formats of the real Slurm 22.05 of ``tests/cluster`` (``tests/integration/slurm/test_fake_slurm_fidelity.py``
 compares them). Files go through a real ``LocalConnector``: the job directories are real.
 
+With ``remote=DIR`` it is a cluster reached through a connector instead (``connector``, a
+``FakeSSH``: the executor treats it as not local): DIR stands for the cluster's side (the
+connector's ``workdir``; job directories, scripts and outputs are real files under it), and each
+poll cycle is the one command of ``slurm.commands.remote_cycle``, answered as the remote ``sh``
+would: every directory's ``job.rc`` from disk, then the sacct and squeue sections from the
+simulation, each with its exit status. ``unreachable`` makes the way there fail (an SSH outage).
+
 A test scripts it: the state, reason and exit code of each job (``pend``, ``start``, ``finish``,
 ``cancel``, ``purge``), what new jobs look like (``on_submit``), answers to hand out first
 (``answer``: a transient error, a refusal), a submit limit (``max_submit``), accounting off,
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shlex
 import threading
 import time
@@ -27,8 +35,11 @@ from typing import Any
 
 import attrs
 
-from launchers.connectors.base import CommandResult
+from launchers.config.model import SSHConnectorConfig
+from launchers.connectors.base import CommandResult, Connector
 from launchers.connectors.local import LocalConnector
+from launchers.errors import ConnectorError
+from launchers.jobs.record import RC
 from launchers.slurm import commands as C
 
 from .clock import FakeClock
@@ -101,8 +112,14 @@ class FakeSlurm(LocalConnector):
         first_id: int = 9_000_000,
         cluster: str | None = None,
         uid: int = 0,
+        remote: str | Path | None = None,
     ) -> None:
         super().__init__("fake-slurm")
+        #: the cluster's side when reached through a connector (None: this machine)
+        self.remote = None if remote is None else Path(remote)
+        self._ssh = None if self.remote is None else FakeSSH(self, self.remote)
+        #: the way to a remote cluster is down: every command and file operation fails
+        self.unreachable = False
         self.clock = clock
         self.tick = tick
         self.accounting = accounting
@@ -136,8 +153,9 @@ class FakeSlurm(LocalConnector):
 
     def answer(self, command: str, *answers: CommandResult | BaseException) -> None:
         """Hand out ``answers`` (in order) to the next ``command`` calls (``sbatch``, ``sacct``,
-        ``squeue``, ``scancel``, ``scontrol``, ``sh``) before simulating them; an exception is
-        raised as a connector would."""
+        ``squeue``, ``scancel``, ``scontrol``, ``sh``, ``remote-cycle``: the whole command of a
+        remote poll cycle; ``sacct``/``squeue`` also answer its sections) before simulating
+        them; an exception is raised as a connector would."""
         self._answers.setdefault(command, []).extend(answers)
 
     def pend(self, job_id: str, reason: str) -> None:
@@ -167,7 +185,7 @@ class FakeSlurm(LocalConnector):
         job = self.jobs[job_id]
         directory = self.job_directory(job)
         if directory is not None:
-            record = {"rc": rc, "signal": None, "attempt": _attempt(directory),
+            record = {"rc": rc, "signal": None, "attempt": _attempt(directory, job.script),
                       "native_id": job.job_id, "host": "fake01",
                       "start": _iso(job.start), "end": _iso(job.end or self.now())}  # fmt: skip
             (Path(directory) / "job.rc").write_text(json.dumps(record))
@@ -225,6 +243,12 @@ class FakeSlurm(LocalConnector):
 
     # -- the connector --------------------------------------------------------------------------
 
+    @property
+    def connector(self) -> Connector:
+        """What the executor runs its commands through: this fake here, its ``FakeSSH`` when
+        ``remote``."""
+        return self if self._ssh is None else self._ssh
+
     async def run(  # type: ignore[override]
         self,
         argv: Sequence[str],
@@ -233,6 +257,7 @@ class FakeSlurm(LocalConnector):
         cwd: str | None = None,
         unset: Any = None,
         clean_env: bool = False,
+        input: bytes | None = None,
     ) -> CommandResult:
         argv = list(argv)
         # run without sbatch's variables: locally by ``unset``, over a connector by a wrapper
@@ -240,25 +265,70 @@ class FakeSlurm(LocalConnector):
         if wrapped:
             argv = argv[4:]
         self.calls.append((argv, cwd, clean_env or wrapped or unset is not None))
-        name = argv[0]
+        cycle = _is_cycle(argv)
+        name = C.REMOTE_CYCLE if cycle else argv[0]
         self.commands[name] = self.commands.get(name, 0) + 1
-        queued = self._answers.get(name)
-        if queued:
-            answer = queued.pop(0)
-            if isinstance(answer, BaseException):
-                raise answer
+        answer = self._queued(name)
+        if answer is not None:
             return answer
         if name == "sbatch" and self.sbatch_delay:
             await asyncio.sleep(self.sbatch_delay)
         with self._lock:
+            if cycle:
+                return self._cycle(argv, input or b"")
             return self._simulate(argv, cwd)
 
-    def _simulate(self, argv: list[str], cwd: str | None) -> CommandResult:
-        name = argv[0]
-        if name in ("sacct", "squeue") and self.on_query is not None:
+    def _queued(self, name: str) -> CommandResult | None:
+        """The next answer handed out for ``name`` (raised if it is an exception), or None."""
+        queued = self._answers.get(name)
+        if not queued:
+            return None
+        answer = queued.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def _moved_on(self) -> None:
+        """Before a query: the test's ``on_query`` moves the jobs, the clock moves ``tick``."""
+        if self.on_query is not None:
             self.on_query(self)
-        if name in ("sacct", "squeue") and self.clock is not None and self.tick:
+        if self.clock is not None and self.tick:
             self.clock.advance(self.tick)
+
+    def _cycle(self, argv: list[str], stdin: bytes) -> CommandResult:
+        """The one command of a remote poll cycle, answered as ``sh`` runs it: ``@@rc i`` and the
+        ``job.rc`` of each directory read on stdin (an empty line: the next argument), then
+        sacct and squeue (answered or simulated), each followed by ``@@status N``. The cycle
+        is one query: ``on_query`` and ``tick`` once, after the ``job.rc`` reads."""
+        sacct, squeue = _cycle_commands(argv[2])
+        text = stdin.decode("utf-8", "surrogateescape")
+        lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")[: bool(text)]
+        odd = iter(argv[4:])
+        directories = [line or next(odd, "") for line in lines]
+        if squeue is None or C.remote_cycle(directories, sacct, squeue) != (argv, stdin):
+            return CommandResult(2, "", "fake slurm: not a command of remote_cycle\n")
+        out: list[str] = []
+        for i, directory in enumerate(directories):
+            out.append(f"@@rc {i}\n")
+            path = Path(self.remote or "/", directory, RC)  # relative: from the login directory
+            if path.is_file():
+                try:
+                    out.append(path.read_bytes().decode("utf-8", "surrogateescape"))
+                except OSError:
+                    pass
+            out.append("\n")
+        self._moved_on()
+        for section, command in (("sacct", sacct), ("squeue", squeue)):
+            if command is None:
+                continue
+            res = self._queued(section) or self._simulate(command, None, query=False)
+            out.append(f"@@{section}\n{res.stdout}{res.stderr}@@status {res.returncode}\n")
+        return CommandResult(0, "".join(out), "")
+
+    def _simulate(self, argv: list[str], cwd: str | None, *, query: bool = True) -> CommandResult:
+        name = argv[0]
+        if name in ("sacct", "squeue") and query:
+            self._moved_on()
         if self.down and name in ("sbatch", "squeue", "scancel", "scontrol"):
             return CommandResult(1, "", CONTROLLER_DOWN.get(name, TRANSIENT_ERROR))
         if name == "sbatch":
@@ -395,6 +465,96 @@ class FakeSlurm(LocalConnector):
         return CommandResult(0, text, "")
 
 
+class FakeSSH(Connector):
+    """The way to a remote ``FakeSlurm`` (``FakeSlurm(remote=DIR).connector``): a connector that
+    is not this machine's for the executor (so sbatch goes through the ``CLEAN_ENV`` wrapper, a
+    poll cycle is one ``remote_cycle`` command), whose commands the fake answers and whose files
+    are real files under DIR (its ``workdir`` and home) through a ``LocalConnector``. While the
+    fake is ``unreachable`` every operation fails as an SSH connection that is down."""
+
+    is_local = False
+    can_rename = True
+
+    def __init__(self, fake: FakeSlurm, root: Path) -> None:
+        self.name = "fake-ssh"
+        self.fake = fake
+        self.root = root
+        self.config = SSHConnectorConfig(name=self.name, hostname="fake", workdir=str(root))
+        self._files = LocalConnector(self.name)
+
+    def _check(self, what: str) -> None:
+        if self.fake.unreachable:
+            raise ConnectorError(f"connector {self.name}: cannot run {what!r}: connection lost")
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Any = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        input: bytes | None = None,
+    ) -> CommandResult:
+        self._check(" ".join(argv)[:60])
+        return await self.fake.run(argv, timeout=timeout, cwd=cwd, input=input)
+
+    async def write_file(self, path: str, data: bytes, *, mode: int | None = None) -> None:
+        self._check(f"write {path}")
+        await self._files.write_file(path, data, mode=mode)
+
+    async def read_file(self, path: str, *, offset: int = 0, max_bytes: int | None = None) -> bytes:
+        self._check(f"read {path}")
+        return await self._files.read_file(path, offset=offset, max_bytes=max_bytes)
+
+    async def exists(self, path: str) -> bool:
+        self._check(f"stat {path}")
+        return await self._files.exists(path)
+
+    async def mkdir(self, path: str) -> None:
+        self._check(f"mkdir {path}")
+        await self._files.mkdir(path)
+
+    async def stat_size(self, path: str) -> int | None:
+        self._check(f"stat {path}")
+        return await self._files.stat_size(path)
+
+    async def remove(self, path: str) -> bool:
+        self._check(f"remove {path}")
+        return await self._files.remove(path)
+
+    async def rename(self, src: str, dst: str) -> None:
+        self._check(f"rename {src}")
+        await self._files.rename(src, dst)
+
+    async def listdir(self, path: str) -> list[str]:
+        self._check(f"list {path}")
+        return await self._files.listdir(path)
+
+    async def home(self) -> str:
+        self._check("home")
+        return str(self.root)
+
+
+#: how ``remote_cycle`` runs a command section: ``printf '@@NAME\n'; ARGV 2>&1; printf ...``
+_SECTION_END = " 2>&1; printf '@@status %s\\n' $?"
+
+
+def _is_cycle(argv: list[str]) -> bool:
+    """Whether ``argv`` is the command of ``commands.remote_cycle``."""
+    return len(argv) >= 3 and argv[:2] == ["sh", "-c"] and "printf '@@squeue\\n'; " in argv[2]
+
+
+def _cycle_commands(script: str) -> tuple[list[str] | None, list[str] | None]:
+    """The sacct and squeue argv of a ``remote_cycle`` script (None: no such section)."""
+    found: dict[str, list[str]] = {}
+    for line in script.split("\n"):
+        for name in ("sacct", "squeue"):
+            head = f"printf '@@{name}\\n'; "
+            if line.startswith(head) and line.endswith(_SECTION_END):
+                found[name] = shlex.split(line[len(head) : -len(_SECTION_END)])
+    return found.get("sacct"), found.get("squeue")
+
+
 def _directives(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for line in text.splitlines():
@@ -440,11 +600,20 @@ def _iso(epoch: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(epoch))
 
 
-def _attempt(directory: str) -> int:
+def _attempt(directory: str, script: str) -> int:
+    """The attempt a job's script writes in its ``job.rc``: the record's (``state.json``, here),
+    else the one its script exports (a remote job directory has no record)."""
     try:
         return int(json.loads((Path(directory) / "state.json").read_text()).get("attempt") or 1)
     except (OSError, ValueError):
+        pass
+    try:
+        found = re.search(
+            r"^export LAUNCHERS_ATTEMPT=(?:\$\(\( )?(\d+)", Path(script).read_text(), re.M
+        )
+    except OSError:
         return 1
+    return int(found.group(1)) if found else 1
 
 
 def fake_executor(launcher: Any, fake: FakeSlurm, clock: Any = None) -> Any:
@@ -456,9 +625,11 @@ def fake_executor(launcher: Any, fake: FakeSlurm, clock: Any = None) -> Any:
 
     return current().executor(
         Placement.of(launcher).key(),
-        lambda: SlurmExecutor(launcher, connect=lambda: fake, local=True, clock=clock),
+        lambda: SlurmExecutor(
+            launcher, connect=lambda: fake.connector, local=fake.remote is None, clock=clock
+        ),
     )
 
 
-__all__ = ["NO_ACCOUNTING_ERROR", "SUBMIT_LIMIT_ERROR", "TRANSIENT_ERROR", "FakeJob", "FakeSlurm",
-           "fake_executor"]  # fmt: skip
+__all__ = ["NO_ACCOUNTING_ERROR", "SUBMIT_LIMIT_ERROR", "TRANSIENT_ERROR", "FakeJob", "FakeSSH",
+           "FakeSlurm", "fake_executor"]  # fmt: skip

@@ -1,7 +1,8 @@
 """``FakeSlurm`` (tests/fakes) against the real cluster: real behaviour decides (docs/testing.md,
 "Fakes"). The same scenarios run on both through the executor's own ``SlurmCluster`` and command
 lines; the rows the executor parses and the messages it classifies must be the same (job ids,
-times and the uid in "CANCELLED by" aside)."""
+times and the uid in "CANCELLED by" aside). The remote poll cycle runs through the real sshd
+(the SSH connector) and through ``FakeSlurm(remote=...)``: the same ``CycleOutput``."""
 
 from __future__ import annotations
 
@@ -10,15 +11,18 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from fakes import FakeSlurm
 from fakes.slurm import SUBMIT_LIMIT_ERROR
+from launchers.config.model import SSHConnectorConfig
+from launchers.connectors.base import Connector
 from launchers.connectors.local import LocalConnector
+from launchers.connectors.ssh import SSHConnector
 from launchers.slurm import commands as C
 from launchers.slurm import parse as P
 from launchers.slurm.cluster import SlurmCluster
@@ -27,6 +31,7 @@ from launchers.slurm.settings import SlurmTuning
 
 pytestmark = pytest.mark.slurm
 
+T = TypeVar("T")
 #: a QoS of its own, so that no other test's jobs count against its limit
 LIMIT_QOS = "lnch_fidelity1"
 
@@ -34,14 +39,29 @@ LIMIT_QOS = "lnch_fidelity1"
 class Side:
     """One cluster, real or fake, driven by the same scenario."""
 
-    def __init__(self, connector: LocalConnector, tmp: Path) -> None:
+    def __init__(
+        self,
+        connector: Connector,
+        tmp: Path,
+        *,
+        fake: FakeSlurm | None = None,
+        local: bool = True,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         self.connector = connector
-        self.cluster = SlurmCluster(lambda: connector, local=True, cluster=None, tuning=SlurmTuning)
+        self.cluster = SlurmCluster(
+            lambda: connector, local=local, cluster=None, tuning=SlurmTuning
+        )
         self.tmp = tmp
-        self.fake = connector if isinstance(connector, FakeSlurm) else None
+        self.fake = connector if isinstance(connector, FakeSlurm) else fake
+        #: one loop for every call (an SSH connection lives as long as its loop), else one each
+        self.loop = loop
+
+    def go(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro) if self.loop else asyncio.run(coro)
 
     def run(self, argv: list[str], cwd: str | None = None) -> Any:
-        return asyncio.run(self.cluster.run(argv, cwd=cwd, clean_env=argv[0] == "sbatch"))
+        return self.go(self.cluster.run(argv, cwd=cwd, clean_env=argv[0] == "sbatch"))
 
     def sbatch(self, name: str, body: str, *directives: str) -> Any:
         d = self.tmp / name
@@ -58,10 +78,10 @@ class Side:
         return P.parse_sbatch_id(res.stdout)[0]
 
     def sacct(self, ids: list[str]) -> dict[str, P.Row]:
-        return asyncio.run(self.cluster.sacct(C.sacct_argv(C.IdList.of(ids), cluster=None)))
+        return self.go(self.cluster.sacct(C.sacct_argv(C.IdList.of(ids), cluster=None)))
 
     def squeue(self) -> dict[str, P.Row]:
-        return asyncio.run(self.cluster.squeue())
+        return self.go(self.cluster.squeue())
 
     def until(self, ok: Callable[[dict[str, P.Row]], bool], ids: list[str]) -> dict[str, P.Row]:
         """sacct's rows of ``ids`` once ``ok`` holds of them (the real cluster takes a while)."""
@@ -149,6 +169,41 @@ def at_the_submit_limit(side: Side) -> tuple[Any, ...]:
     return allowance, res.returncode, message, P.classify_sbatch_error(message)
 
 
+def rc_text(rc: int) -> str:
+    """A ``job.rc`` as a job's script writes it (the same on both sides)."""
+    return (f'{{"rc": {rc}, "signal": null, "attempt": 1, "native_id": "1", "host": "h", '
+            '"start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T00:00:01+00:00"}\n')  # fmt: skip
+
+
+def remote_cycle_output(side: Side) -> tuple[Any, ...]:
+    """One poll cycle through a connector (``commands.remote_cycle``): three job directories
+    (a job.rc, none, and a job.rc in a directory with a space and a newline in its name, passed
+    as an argument), sacct by id and squeue, read back with ``read_remote_cycle``."""
+    ids = {"ok": side.submit("ok", "exit 0"), "bad": side.submit("bad", "exit 3"),
+           "held": side.submit("held", "true", "--hold")}  # fmt: skip
+    if side.fake is not None:
+        side.fake.finish(ids["ok"], 0, write_rc=False)
+        side.fake.finish(ids["bad"], 3, write_rc=False)
+        side.fake.pend(ids["held"], "JobHeldUser")
+    side.until(lambda r: all(r.get(ids[k]) and r[ids[k]].end for k in ("ok", "bad"))
+               and r.get(ids["held"]) is not None
+               and r[ids["held"]].reason not in (None, "", "None"),
+               list(ids.values()))  # fmt: skip
+    dirs = [side.tmp / "ok", side.tmp / "bad", side.tmp / "odd dir\nx"]
+    dirs[2].mkdir()
+    (dirs[0] / "job.rc").write_text(rc_text(0))
+    (dirs[2] / "job.rc").write_text(rc_text(3))
+    user, _ = side.go(side.cluster.user())
+    sacct = C.sacct_argv(C.IdList.of(ids.values()), cluster=None)
+    argv, stdin = C.remote_cycle([str(d) for d in dirs], sacct, C.squeue_argv(user, None))
+    res = side.go(side.connector.run(argv, input=stdin, timeout=60))
+    side.go(side.cluster.scancel([ids["held"]]))
+    out = C.read_remote_cycle(res.stdout, len(dirs))
+    return (res.returncode, res.stderr, out.rcs, dict(out.status), sorted(out.sections),
+            shape(P.sacct_rows(out.sections["sacct"]), ids),
+            shape(P.squeue_rows(out.sections["squeue"]), ids))  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def limit_qos(slurm_cluster: dict[str, str]) -> str:
     for argv in (["sacctmgr", "-i", "add", "qos", LIMIT_QOS, "MaxSubmitJobsPerUser=1"],
@@ -189,3 +244,34 @@ def test_submit_limit_message_and_allowance(
     real, fake = both(at_the_submit_limit, tmp_path, max_submit=1, qos=limit_qos)
     assert fake == real
     assert real[1:] == (1, SUBMIT_LIMIT_ERROR.strip(), P.SUBMIT_LIMIT)
+
+
+def test_remote_cycle_through_sshd(slurm_cluster: dict[str, str], tmp_path: Path) -> None:
+    """The one command of a poll cycle through the real sshd (the SSH connector, the sandbox's
+    sshd on 127.0.0.1) and through ``FakeSlurm(remote=...)``: the same ``CycleOutput``."""
+    info = slurm_cluster
+    config = SSHConnectorConfig(name="fidelity", hostname=info["CLUSTER_SSH_HOST"],
+                                port=int(info["CLUSTER_SSH_PORT"]), username=info["CLUSTER_SSH_USER"],
+                                identity_file=(info["CLUSTER_SSH_KEY"],),
+                                known_hosts=info["CLUSTER_SSH_KNOWN_HOSTS"], ssh_config=False,
+                                workdir=str(tmp_path / "real"))  # fmt: skip
+    (tmp_path / "real").mkdir()
+    ssh = SSHConnector(config)
+    loop = asyncio.new_event_loop()
+    try:
+        real = remote_cycle_output(Side(ssh, tmp_path / "real", local=False, loop=loop))
+    finally:
+        loop.run_until_complete(ssh.close())
+        loop.close()
+    fake = FakeSlurm(uid=os.getuid(), remote=tmp_path / "fake")
+    (tmp_path / "fake").mkdir()
+    faked = remote_cycle_output(Side(fake.connector, tmp_path / "fake", fake=fake, local=False))
+    assert faked == real
+    code, _, rcs, status, sections, rows, queue = real
+    assert (code, status) == (0, {"sacct": 0, "squeue": 0})
+    assert sections == ["rc 0", "rc 1", "rc 2", "sacct", "squeue"]
+    assert [r.rc if r else None for r in rcs] == [0, None, 3]
+    assert rows["bad"][:4] == ("FAILED", "None", 3, 0) and queue["held"][:2] == (
+        "PENDING",
+        "JobHeldUser",
+    )

@@ -242,46 +242,6 @@ def test_timeout_and_resumable_requeue(cluster: dict[str, str], tmp_path: Path) 
     )
 
 
-@pytest.mark.ssh
-def test_over_ssh_one_remote_command_per_cycle(cluster: dict[str, str], tmp_path: Path) -> None:
-    from launchers.config.loader import load_config
-
-    conf = tmp_path / "launchers.yaml"
-    conf.write_text(
-        textwrap.dedent(
-            f"""
-            connectors:
-              ssh:
-                sandbox:
-                  hostname: {cluster["CLUSTER_SSH_HOST"]}
-                  port: {cluster["CLUSTER_SSH_PORT"]}
-                  username: {cluster.get("CLUSTER_SSH_USER", "root")}
-                  identity_file: {cluster["CLUSTER_SSH_KEY"]}
-                  known_hosts: {cluster["CLUSTER_SSH_KNOWN_HOSTS"]}
-                  ssh_config: false
-                  workdir: {tmp_path / "remote"}
-            slurm:
-              - id: remote
-                connector: sandbox
-                partitions:
-                  debug: {{}}
-            """
-        )
-    )
-    group = load_config(str(conf)).groups[0]
-    L = SlurmLauncher(group=group, options={"partition": "debug", "time": "00:05:00"})
-    with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", L):
-        ok = command(["sh", "-c", "echo over ssh"]).submit()
-        bad = command(["sh", "-c", "exit 6"]).submit()
-    assert ok.state is JobState.COMPLETED and (bad.state, bad.exit_code) == (JobState.FAILED, 6)
-    remote = ok.record.extra["remote_dir"]
-    assert remote.startswith(str(tmp_path / "remote")) and remote != str(ok.directory)
-    assert "over ssh" in ok.stdout_path.read_text()  # fetched back into the local directory
-    ex = L.executor()
-    assert isinstance(ex, sx.SlurmExecutor)
-    assert set(ex.commands) <= {"sbatch", "remote-cycle"}  # every poll cycle is one remote command
-
-
 def test_each_group_keeps_its_own_settings_on_a_shared_executor(
     cluster: dict[str, str], tmp_path: Path
 ) -> None:

@@ -1,5 +1,7 @@
 """End to end: a slurm group with ``connector: NAME`` submits, polls, cancels and reads outputs
-over the SSH connector (the sandbox's sshd on 127.0.0.1), and survives an sshd outage."""
+over the SSH connector (the sandbox's sshd on 127.0.0.1), and survives an sshd outage. The
+decisions of this path on a fake connector (no sshd, no Slurm) are
+tests/slurm/test_slurm_fake_remote.py."""
 
 from __future__ import annotations
 
@@ -98,6 +100,7 @@ def test_submit_poll_cancel_and_read_outputs(clean: dict[str, str], tmp_path: Pa
     cmds = executor_commands()
     assert cmds.get("sbatch") == 3 and cmds.get("scancel") == 1
     assert cmds.get("remote-cycle", 0) >= 1
+    assert set(cmds) <= {"sbatch", "scancel", "remote-cycle"}  # no sacct or squeue of their own
     # one SSH connection for the whole run; outputs readable over SFTP
     conn = registry.get_connector("cluster", load_config(conf))
     assert isinstance(conn, SSHConnector) and conn.connections_opened == 1
@@ -111,6 +114,9 @@ def test_submit_poll_cancel_and_read_outputs(clean: dict[str, str], tmp_path: Pa
 
 
 def test_job_tracked_across_an_sshd_outage(clean: dict[str, str], tmp_path: Path) -> None:
+    """sshd killed and started again under a running job: the connector reconnects and the job
+    is followed to its end. The decisions alone (failed cycles change no state, the first one
+    through decides) are tests/slurm/test_slurm_fake_remote.py on the fake connector."""
     info = clean
     server = OwnSSHD(info["CLUSTER_DIR"], tmp_path)
     kh = tmp_path / "known_hosts"
