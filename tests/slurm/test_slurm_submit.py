@@ -133,3 +133,26 @@ def test_failures_extend_the_shared_backoff() -> None:
     before = time.monotonic()
     assert sbatch(cluster, backoff=backoff) == Accepted("1")
     assert backoff.until > before
+
+
+def test_a_slot_freed_while_the_sbatch_was_refused_is_not_missed() -> None:
+    """A job of ours leaving the queue between the sbatch that was refused for a submit limit
+    and the wait: the wait returns at once (it used to sleep the whole ``submit_limit_wait``)."""
+
+    from launchers.slurm.submit import SlotWaiters
+
+    async def scenario() -> tuple[float, float]:
+        slots = SlotWaiters()
+        since = slots.generation  # read before the sbatch
+        slots.signal()  # a job left while sbatch answered "limit"
+        t0 = time.monotonic()
+        await slots.wait(30.0, since)
+        missed = time.monotonic() - t0
+        since = slots.generation
+        t0 = time.monotonic()
+        asyncio.get_running_loop().call_later(0.05, slots.signal)
+        await slots.wait(30.0, since)  # nothing since: waits for the next signal
+        return missed, time.monotonic() - t0
+
+    missed, waited = asyncio.run(scenario())
+    assert missed < 1.0 and 0.04 < waited < 10.0

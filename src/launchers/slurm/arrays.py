@@ -94,10 +94,11 @@ class Arrays:
         size = max(1, await ex.slurm.max_array_size() - 1)
         launcher = pending[0].launcher or ex.launcher if pending else None
         while pending:
+            since = ex.submitter.slots.generation  # a job leaving from here on is not missed
             allowance = await ex.submit_allowance(launcher)
             if allowance is not None and allowance.jobs <= 0:
                 pending = await self._wait_for_room(
-                    pending, f"waiting: submit limit reached ({allowance.limit})"
+                    pending, f"waiting: submit limit reached ({allowance.limit})", since
                 )
                 continue
             chunk = pending[: size if allowance is None else min(size, allowance.jobs)]
@@ -106,20 +107,27 @@ class Arrays:
                 if size > 1:
                     size = max(1, min(size, len(chunk)) // 2)
                     continue
-                pending = await self._wait_for_room(pending, "waiting: submit limit reached", chunk)
+                pending = await self._wait_for_room(
+                    pending, "waiting: submit limit reached", since, chunk
+                )
                 continue
             pending = pending[len(chunk) :]
 
     async def _wait_for_room(
-        self, pending: list[JobHandle], reason: str, shown: list[JobHandle] | None = None
+        self,
+        pending: list[JobHandle],
+        reason: str,
+        since: int,
+        shown: list[JobHandle] | None = None,
     ) -> list[JobHandle]:
         """Array elements held by a submit limit: ``shown`` (default all) become WAITING with
-        ``reason``; wait until one of our jobs leaves the queue, or 60 s; the ones still to go."""
+        ``reason``; wait until one of our jobs leaves the queue (after the ``generation``
+        ``since``), or 60 s; the ones still to go."""
         for job in pending if shown is None else shown:
             await record(
                 job, StateUpdate(state=JobState.WAITING, detail="submit limit", reason=reason)
             )
-        await self.ex.submitter.slots.wait(self.ex.tuning.submit_limit_wait)
+        await self.ex.submitter.slots.wait(self.ex.tuning.submit_limit_wait, since)
         return [j for j in pending if not j.cancel_requested and not j.state.is_final]
 
     async def _chunk(self, jobs: list[JobHandle], max_parallel: int | None) -> str:

@@ -161,14 +161,22 @@ class SlotWaiters:
     def __init__(self) -> None:
         self.held: dict[int, JobHandle] = {}
         self._event: asyncio.Event | None = None
+        #: how many times a job of ours left the queue: read before an sbatch, so that a job
+        #: leaving while the sbatch was refused is not missed (the wake-up came before the wait)
+        self.generation = 0
 
     def signal(self) -> None:
         """A job of ours left the queue: wake the jobs held by a submit limit (once)."""
+        self.generation += 1
         event, self._event = self._event, None
         if event is not None:
             event.set()
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float, since: int | None = None) -> None:
+        """Until the next ``signal`` or ``timeout`` s; at once when one came after ``since``
+        (the ``generation`` read before the sbatch that was refused)."""
+        if since is not None and self.generation != since:
+            return
         if self._event is None:
             self._event = asyncio.Event()
         with contextlib.suppress(asyncio.TimeoutError):
@@ -252,6 +260,7 @@ class Submitter:
 
     async def _sbatch(self, job: JobHandle, name: str, directory: str) -> None:
         ex = self.ex
+        since = self.slots.generation
         try:
             outcome = await sbatch_with_retries(
                 ex.slurm,
@@ -276,7 +285,7 @@ class Submitter:
         elif isinstance(outcome, Adopted):
             await self.accepted(job, outcome.native_id, None)
         elif isinstance(outcome, AtLimit):
-            await self.hold_for_limit(job, outcome.message)
+            await self.hold_for_limit(job, outcome.message, since)
         elif isinstance(outcome, Refused):
             log.error("%s: sbatch refused the job: %s", job.task_id, outcome.message)
             job.apply(
@@ -319,13 +328,14 @@ class Submitter:
         if job.cancel_requested:
             await ex.cancel([job])
 
-    async def hold_for_limit(self, job: JobHandle, message: str) -> None:
-        """WAITING with the limit named until a job of ours leaves the queue, then again."""
+    async def hold_for_limit(self, job: JobHandle, message: str, since: int) -> None:
+        """WAITING with the limit named until a job of ours leaves the queue (since the
+        ``generation`` ``since``), then again."""
         self.slots.held[id(job)] = job
         job.apply(StateUpdate(state=JobState.WAITING, detail="submit limit",
                               reason=f"waiting: submit limit reached ({message})"))  # fmt: skip
         try:
-            await self.slots.wait(self.ex.tuning.submit_limit_wait)
+            await self.slots.wait(self.ex.tuning.submit_limit_wait, since)
         finally:
             self.slots.held.pop(id(job), None)
         if job.cancel_requested or job.state.is_final:
