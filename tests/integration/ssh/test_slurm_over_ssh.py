@@ -83,7 +83,6 @@ def test_submit_poll_cancel_and_read_outputs(clean: dict[str, str], tmp_path: Pa
         workdir=str(remote_root),
     )
     L = launcher(conf)
-    t0 = time.monotonic()
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "exp", L):
         ok = command(["sh", "-c", 'echo "hello $1"; echo warn >&2', "sh", "over 'ssh'"]).submit()
         bad = command(["sh", "-c", "exit 3"]).submit()
@@ -92,7 +91,6 @@ def test_submit_poll_cancel_and_read_outputs(clean: dict[str, str], tmp_path: Pa
         while long.state is not JobState.RUNNING and time.monotonic() < deadline:
             time.sleep(0.1)
         long.cancel()
-    assert time.monotonic() - t0 < 30
     assert ok.state is JobState.COMPLETED and ok.result() == 0
     assert (bad.state, bad.exit_code) == (JobState.FAILED, 3)
     assert long.state is JobState.CANCELLED

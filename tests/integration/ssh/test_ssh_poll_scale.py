@@ -144,11 +144,12 @@ def test_slurm_poll_of_1500_jobs_is_one_small_command(clean: dict[str, str], tmp
         await ex.user()  # read once, before counting
         rec = Recorder(monkeypatch)
         out = await ex.poll(jobs)  # type: ignore[arg-type]
-        assert len(rec.calls) == 1, [
-            c[0][:2] for c in rec.calls if "@@squeue" not in " ".join(c[0])
-        ]
-        ((argv, stdin, res),) = rec.calls
-        assert rec.cycles() == rec.calls  # the one command was the cycle
+        # one command asks Slurm and reads every job.rc; the outputs of the 4 ended jobs are
+        # fetched by SFTP, or through the shell when SFTP is slow to answer (a loaded machine)
+        others = [c[0][:3] for c in rec.calls if c not in rec.cycles()]
+        assert len(rec.cycles()) == 1, others
+        assert not any("sacct" in " ".join(a) or "squeue" in " ".join(a) for a in others), others
+        ((argv, stdin, res),) = rec.cycles()
         # no job directory in the argument: only the newline one, passed apart
         assert sum(len(a) + 1 for a in argv) < ARG_LIMIT // 2
         assert not any(str(tmp_path / "remote" / "xp-") in a for a in argv)
