@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from conftest import until_released
 from launchers.cli.main import main
 from launchers.remote.decide import read_start
 from launchers.remote.storage import unicore_action_path, unicore_path
@@ -235,16 +236,18 @@ def test_a_job_completed_before_the_abort_stays_completed(
     from launchers import command, experiment
 
     server = unicore_server
+    release = tmp_path / "release"
     with experiment(tmp_path / "xp", uc_launcher(server)):
-        # long enough for the site to stop learning batch states while the job still runs (a job
-        # that ended first would be seen ending, and the cancel would come after the end)
-        job = command(["bash", "-c", "sleep 3; echo done"]).submit()
+        # runs until released, after the site stopped learning batch states (a job that ended
+        # first would be seen ending, and the cancel would come after the end)
+        job = command(["bash", "-c", f"{until_released(release)}; echo done"]).submit()
         deadline = time.monotonic() + 60
         while not any(j.bss_id != "N/A" for j in server.jobs.values()):
             assert time.monotonic() < deadline
             time.sleep(0.1)
         server.bss_update_interval = 1e9  # the site stops learning batch states
         assert not job.state.is_final, "the job ended before the site stopped learning batch states"
+        release.touch()
         (ujob,) = server.jobs.values()
         while (
             slurm_job(ujob.bss_id)["state"] != "COMPLETED" or not (ujob.workdir / "job.rc").exists()
