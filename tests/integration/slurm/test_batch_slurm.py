@@ -173,11 +173,11 @@ def test_two_submitters_one_pilot_each_task_once(cluster: dict[str, str], tmp_pa
             native = json.loads(pilot.read_text()).get("native_id")
             if native:
                 subprocess.run(["scancel", str(native)], check=False)
-    shapes = os.listdir(tmp_path / "batch")
     assert [p.returncode for p in procs] == [0, 0]
     assert sorted(int(o.split()[-1]) for o in outs) == [0, 1]  # one pilot for the shape
     runs = (tmp_path / "runs").read_text().split()
     assert len(runs) == 16 and len(set(runs)) == 16
+    shapes = os.listdir(tmp_path / "batch")
     assert len(shapes) == 1
     assert os.listdir(tmp_path / "batch" / shapes[0] / "pilots") == ["1"]
 
