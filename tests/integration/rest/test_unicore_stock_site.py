@@ -240,7 +240,8 @@ def test_a_job_completed_before_the_abort_stays_completed(
     server = unicore_server
     release = tmp_path / "release"
     # the site's batch-state reads under way: one begun before the freeze below may answer
-    # after the job's end, so the job is released only once none is left
+    # after the job's end, so the job is released only once none is left (and once the site
+    # has read the batch state at all: its first read ignores the update interval)
     reading, lock, refresh = [0], threading.Lock(), server.refresh
 
     def counted(ujob: Any) -> None:
@@ -262,12 +263,12 @@ def test_a_job_completed_before_the_abort_stays_completed(
             assert time.monotonic() < deadline
             time.sleep(0.1)
         server.bss_update_interval = 1e9  # the site stops learning batch states
-        while reading[0]:
+        (ujob,) = server.jobs.values()
+        while reading[0] or ujob.bss_checked == float("-inf"):
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert not job.state.is_final, "the job ended before the site stopped learning batch states"
         release.touch()
-        (ujob,) = server.jobs.values()
         while (
             slurm_job(ujob.bss_id)["state"] != "COMPLETED" or not (ujob.workdir / "job.rc").exists()
         ):
