@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shlex
 import subprocess
 import sys
 import time
@@ -199,6 +200,17 @@ class Leftovers:
             except TimeoutError:
                 pass
         return alive
+
+
+def until_released(release: pathlib.Path | str, limit: int = 120) -> str:
+    """A POSIX shell line that waits until the test creates ``release`` (the event a held job
+    waits for, instead of a guessed sleep), at most ``limit`` seconds, then exits 124 as
+    timeout(1) does, so that a test that fails before releasing it leaves no job for long."""
+    path = shlex.quote(str(release))
+    return (
+        f"n=0; while [ ! -e {path} ]; do n=$((n+1)); "
+        f"if [ $n -gt {10 * limit} ]; then exit 124; fi; sleep 0.1; done"
+    )
 
 
 def cancel_in_another_process(job: Any, timeout: float) -> None:

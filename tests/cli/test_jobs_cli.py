@@ -119,16 +119,23 @@ def test_cancel_slurm_job_from_the_command_line(here: Path, slurm_cluster: dict[
     )
     assert r.returncode == 0, r.stderr
     native_id, state = r.stdout.split()
-    assert state == "PENDING" and native_id.isdigit()
+    # Slurm took it; the tracker may have seen it start before the script printed
+    assert state in ("PENDING", "RUNNING") and native_id.isdigit()
     r = cli("cancel", "--all", "xp", cwd=here)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[1] == "CANCELLED"
-    squeue = subprocess.run(
-        ["squeue", "--noheader", "--states=all", "--format=%i %T", "--jobs", native_id],
-        text=True,
-        capture_output=True,
-        env=dict(os.environ, **slurm_cluster),
-    )
+    # a job cancelled while running shows COMPLETING in squeue until its node has cleaned up
+    deadline = time.monotonic() + 60
+    while True:
+        squeue = subprocess.run(
+            ["squeue", "--noheader", "--states=all", "--format=%i %T", "--jobs", native_id],
+            text=True,
+            capture_output=True,
+            env=dict(os.environ, **slurm_cluster),
+        )
+        if "COMPLETING" not in squeue.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert "CANCELLED" in squeue.stdout
 
 

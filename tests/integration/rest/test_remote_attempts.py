@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +81,6 @@ def test_a_crash_in_attempt_2_never_adopts_attempt_1(
         ),
     )
     current_runtime().forget_job(directory.absolute())  # as in a new process
-    t0 = time.monotonic()
     rc = main(args)
     err = capfdbinary.readouterr()[1].decode()
     assert rc == 0, err
@@ -90,7 +88,6 @@ def test_a_crash_in_attempt_2_never_adopts_attempt_1(
     assert second is not None and second.attempt == 2 and second.state is JobState.COMPLETED
     assert second.native_id != first.native_id
     assert site_jobs(kind, server) == 2
-    assert time.monotonic() - t0 < 45
 
 
 def test_logs_follow_of_a_detached_run_follows_it_through_the_site(
@@ -125,13 +122,11 @@ def test_logs_follow_of_a_detached_run_follows_it_through_the_site(
     directory = proc.stderr.split("launchers logs --follow ")[1].split("`")[0]
     record = read_record(Path(directory))
     assert record is not None and not record.state.is_final
-    t0 = time.monotonic()
     rc = main(["logs", "--follow", directory])
     out = capfdbinary.readouterr()[0]
     assert rc == 0
     assert b"lr=0.1 data=hello-data" in out and b"helper: nested-ok" in out
     record = read_record(Path(directory))
     assert record is not None and record.state is JobState.COMPLETED
-    assert time.monotonic() - t0 < 60
     # the local copy is whole: job.err too, though logs printed only job.out
     assert b"warning on stderr" in (Path(directory) / "job.err").read_bytes()

@@ -59,7 +59,6 @@ def test_run_mlproject_end_to_end(
     monkeypatch.setenv("TRAIN_SLEEP", "2.5")  # outlives the first token (62 s, renewed 60 s early)
     proj = make_project(tmp_path)
     workdir = tmp_path / "runs"
-    t0 = time.monotonic()
     rc = main(
         [
             "run",
@@ -97,7 +96,6 @@ def test_run_mlproject_end_to_end(
     # no secret in any file or log line
     assert FIRECREST_SECRET not in all_text(workdir)
     assert FIRECREST_SECRET not in caplog.text
-    assert time.monotonic() - t0 < 40
 
 
 def run(proj: Path, cfg: Path, workdir: Path, *extra: str) -> int:

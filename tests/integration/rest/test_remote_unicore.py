@@ -66,7 +66,6 @@ def test_run_mlproject_end_to_end(
     server = unicore_server
     proj = make_project(tmp_path)
     workdir = tmp_path / "runs"
-    t0 = time.monotonic()
     rc = main(
         [
             "run",
@@ -97,7 +96,6 @@ def test_run_mlproject_end_to_end(
     assert bss.endswith(f"{remote}/UNICORE_Job_ID\n")
     assert UNICORE_PASSWORD not in all_text(workdir)
     assert UNICORE_PASSWORD not in caplog.text
-    assert time.monotonic() - t0 < 40
 
 
 def test_failing_entry_point_exit_code(

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from conftest import until_released
 from launchers.cli.main import main
 from launchers.remote.decide import read_start
 from launchers.remote.storage import unicore_action_path, unicore_path
@@ -228,24 +229,46 @@ def test_abort_waits_for_the_batch_job(unicore_server: UnicoreServer, tmp_path: 
 
 @pytest.mark.slurm
 def test_a_job_completed_before_the_abort_stays_completed(
-    unicore_server: UnicoreServer, tmp_path: Path
+    unicore_server: UnicoreServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Item 7: the site had not yet seen the batch job end when the abort came (it reads batch
     states periodically): it says "Job aborted.", job.rc says rc 0: COMPLETED."""
+    import threading
+
     from launchers import command, experiment
 
     server = unicore_server
+    release = tmp_path / "release"
+    # the site's batch-state reads under way: one begun before the freeze below may answer
+    # after the job's end, so the job is released only once none is left (and once the site
+    # has read the batch state at all: its first read ignores the update interval)
+    reading, lock, refresh = [0], threading.Lock(), server.refresh
+
+    def counted(ujob: Any) -> None:
+        with lock:
+            reading[0] += 1
+        try:
+            refresh(ujob)
+        finally:
+            with lock:
+                reading[0] -= 1
+
+    monkeypatch.setattr(server, "refresh", counted)
     with experiment(tmp_path / "xp", uc_launcher(server)):
-        # long enough for the site to stop learning batch states while the job still runs (a job
-        # that ended first would be seen ending, and the cancel would come after the end)
-        job = command(["bash", "-c", "sleep 3; echo done"]).submit()
+        # runs until released, after the site stopped learning batch states (a job that ended
+        # first would be seen ending, and the cancel would come after the end)
+        job = command(["bash", "-c", f"{until_released(release)}; echo done"]).submit()
         deadline = time.monotonic() + 60
         while not any(j.bss_id != "N/A" for j in server.jobs.values()):
             assert time.monotonic() < deadline
             time.sleep(0.1)
         server.bss_update_interval = 1e9  # the site stops learning batch states
-        assert not job.state.is_final, "the job ended before the site stopped learning batch states"
         (ujob,) = server.jobs.values()
+        while reading[0] or ujob.bss_checked == float("-inf"):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not job.state.is_final, "the job ended before the site stopped learning batch states"
+        release.touch()
         while (
             slurm_job(ujob.bss_id)["state"] != "COMPLETED" or not (ujob.workdir / "job.rc").exists()
         ):

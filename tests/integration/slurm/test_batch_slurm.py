@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from conftest import Leftovers
 from launchers import JobState, SlurmLauncher, command, experiment
 from launchers.batch import queue as Q
 from launchers.batch.executor import BatchExecutor
@@ -61,10 +63,15 @@ def banners(job: Any) -> list[str]:
     ]
 
 
-def test_many_tasks_one_pilot_and_late_arrivals(cluster: dict[str, str], tmp_path: Path) -> None:
-    batch = inner().batched(slots=4, linger=4, walltime="10m", drain_margin="1m")
+def test_many_tasks_one_pilot_and_late_arrivals(
+    cluster: dict[str, str], tmp_path: Path, leaves_nothing: Leftovers
+) -> None:
+    # a linger far longer than a loaded CI needs between the twelfth completion and the late
+    # tasks' publication; the fixture cancels the lingering pilot at the end
+    batch = inner().batched(slots=4, linger=120, walltime="10m", drain_margin="1m")
     ex = batch.executor()
     assert isinstance(ex, BatchExecutor)
+    leaves_nothing.watch(ex, lingering=True)
     before = ex.pilots_submitted
     with experiment(tmp_path, batch):
         jobs = [
@@ -130,12 +137,20 @@ def test_cancelled_pilot_tasks_reclaimed(cluster: dict[str, str], tmp_path: Path
 
 SUBMITTER = textwrap.dedent(
     """
-    import sys
+    import sys, time
+    from pathlib import Path
     from launchers import SlurmLauncher, command, experiment
     from launchers.config.model import SlurmGroup
     inner = SlurmLauncher(group=SlurmGroup(id="sb"), options={"partition": "debug", "cpus_per_task": 1, "mem": "256M"})
-    batch = inner.batched(slots=4, linger=3, walltime="10m", drain_margin="1m")
+    # the pilot lingers longer than the other submitter could lag; the test ends it
+    batch = inner.batched(slots=4, linger=120, walltime="10m", drain_margin="1m")
     tag = sys.argv[2]
+    # a barrier after the imports: both submit at the same time, whatever their start-ups took
+    barrier = Path(sys.argv[1], "barrier")
+    (barrier / tag).mkdir(parents=True)
+    deadline = time.monotonic() + 60
+    while len(list(barrier.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
     with experiment(sys.argv[1], batch):
         jobs = [command(["sh", "-c", "echo $LAUNCHERS_TASK_ID >> " + sys.argv[1] + "/runs"], name=tag + str(i)).submit()
                 for i in range(8)]
@@ -151,7 +166,13 @@ def test_two_submitters_one_pilot_each_task_once(cluster: dict[str, str], tmp_pa
         )
         for tag in ("a", "b")
     ]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for pilot in tmp_path.glob("batch/*/pilots/*/state.json"):  # end the lingering pilot
+            native = json.loads(pilot.read_text()).get("native_id")
+            if native:
+                subprocess.run(["scancel", str(native)], check=False)
     assert [p.returncode for p in procs] == [0, 0]
     assert sorted(int(o.split()[-1]) for o in outs) == [0, 1]  # one pilot for the shape
     runs = (tmp_path / "runs").read_text().split()

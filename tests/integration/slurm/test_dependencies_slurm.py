@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import dependencies_tasks as dt
+from conftest import until_released
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
 from launchers.config.loader import load_config
 from launchers.config.model import LocalGroup, SlurmGroup
@@ -72,8 +73,10 @@ def wait_for(predicate: Any, timeout: float = 30) -> None:
 def test_native_chain_results_passed_along(cluster: dict[str, str], tmp_path: Path) -> None:
     """A -> B -> C with --dependency: B and C are in Slurm's queue while A runs, and C's results
     come from B's directory when it starts."""
+    release = tmp_path / "release-a"
     with experiment(tmp_path / "xp", slurm()):
-        a = command(["sleep", "2"], name="a").submit()
+        # A runs until the test has seen B and C queued behind it, however slow the machine
+        a = command(["sh", "-c", until_released(release)], name="a").submit()
         b = dt.prepare(4, tmp_path / "data").submit(after=[a])  # 0+1+2+3
         c = dt.train(b, 10.0).submit()
         wait_for(lambda: c.native_id is not None)
@@ -84,6 +87,8 @@ def test_native_chain_results_passed_along(cluster: dict[str, str], tmp_path: Pa
         script = (c.directory / "job.sh").read_text()
         assert f"#SBATCH --dependency=afterok:{b.native_id}" in script
         assert "#SBATCH --kill-on-invalid-dep=yes" in script
+        release.touch()
+    assert a.state is S.COMPLETED
     assert c.result() == 60.0
     # C was queued before B ran: its queue wait overlapped B's run
     assert c.record.submitted_at is not None and b.record.started_at is not None
@@ -161,9 +166,9 @@ CLIENT = textwrap.dedent(
     from launchers.local.launcher import DirectLauncher
     L = SlurmLauncher(group=SlurmGroup(id="sb"), options={"partition": "debug", "time": "00:05:00"})
     D = DirectLauncher(group=LocalGroup())
-    xp = Path(sys.argv[1])
+    xp, held = Path(sys.argv[1]), sys.argv[2]  # A runs until the test has killed the first client
     with experiment(xp, L):
-        a = command(["sleep", "3"], name="a").submit()
+        a = command(["sh", "-c", held], name="a").submit()
         b = command(["sh", "-c", "echo b"], name="b").submit(after=[a])   # native
         c = command(["sh", "-c", "echo c"], name="c").submit(D, after=[b])  # waits here
         d = command(["sh", "-c", "echo d"], name="d").submit(after=[c])   # waits here
@@ -188,15 +193,15 @@ def test_client_killed_mid_graph(cluster: dict[str, str], tmp_path: Path) -> Non
     script = tmp_path / "client.py"
     script.write_text(CLIENT)
     env = dict(os.environ, PATH=f"{shim}:{os.environ['PATH']}")
-    xp = tmp_path / "xp"
-    first = subprocess.Popen([sys.executable, str(script), str(xp)], env=env,
-                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    xp, release = tmp_path / "xp", tmp_path / "release-a"
+    argv = [sys.executable, str(script), str(xp), until_released(release)]
+    first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
     assert first.stdout is not None
     assert first.stdout.readline().strip() == "SUBMITTED"
     first.send_signal(signal.SIGKILL)
     first.wait(10)
-    second = subprocess.run([sys.executable, str(script), str(xp)], env=env, capture_output=True,
-                            text=True, timeout=90)  # fmt: skip
+    release.touch()
+    second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90)
     assert second.returncode == 0, second.stderr
     assert "STATES COMPLETED COMPLETED COMPLETED COMPLETED" in second.stdout
     dirs = calls.read_text().split()

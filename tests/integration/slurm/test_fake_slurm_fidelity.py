@@ -92,6 +92,18 @@ class Side:
                 return rows
             time.sleep(0.2)
 
+    def settled_squeue(self, ids: list[str]) -> dict[str, P.Row]:
+        """squeue's rows once none of ``ids`` is COMPLETING: slurmctld reports a job's end to
+        slurmdbd (sacct: CANCELLED) before its nodes have cleaned up, and squeue prints
+        COMPLETING over the job's state while that flag is set."""
+        deadline = time.monotonic() + 60
+        while True:
+            rows = self.squeue()
+            busy = [i for i in ids if rows.get(i) is not None and rows[i].state == "COMPLETING"]
+            if not busy or time.monotonic() > deadline:
+                return rows
+            time.sleep(0.2)
+
 
 def shape(rows: dict[str, P.Row], ids: dict[str, str]) -> dict[str, tuple[Any, ...]]:
     """The rows of the jobs in ``ids`` (label -> native id) as the decisions read them."""
@@ -118,7 +130,7 @@ def complete_fail_cancel(side: Side) -> tuple[Any, ...]:
                list(ids.values()))  # fmt: skip
     asyncio.run(side.cluster.scancel([ids["long"]]))
     rows = side.until(lambda r: r[ids["long"]].state.startswith("CANCELLED"), list(ids.values()))
-    return shape(rows, ids), shape(side.squeue(), ids)
+    return shape(rows, ids), shape(side.settled_squeue(list(ids.values())), ids)
 
 
 def pending_with_a_reason(side: Side) -> tuple[Any, ...]:

@@ -275,10 +275,19 @@ def _max_overlap(spans: list[tuple[float, float]]) -> int:
 
 
 @pytest.mark.ssh
-def test_max_channels_limits_concurrency(sandbox: dict[str, str]) -> None:
-    async def overlap(n_channels: int, seconds: float) -> int:
+def test_max_channels_limits_concurrency(sandbox: dict[str, str], tmp_path: Path) -> None:
+    async def overlap(n_channels: int, meet: int) -> int:
+        """Six commands on ``n_channels`` channels; each waits (up to a minute) until ``meet``
+        of them have started: a barrier, since remote shells start in a time that varies by
+        seconds under load (root's .bashrc here runs `pyenv init`)."""
         c = SSHConnector(cfg(sandbox, max_channels=n_channels))
-        script = f"date +%s.%N; sleep {seconds}; date +%s.%N"
+        started = tmp_path / f"started-{n_channels}"
+        started.mkdir()
+        script = (
+            f"date +%s.%N; touch {started}/$$; n=0; "
+            f'while [ "$(ls {started} | wc -l)" -lt {meet} ] && [ $n -lt 600 ]; '
+            "do n=$((n+1)); sleep 0.1; done; sleep 0.3; date +%s.%N"
+        )
         try:
             rs = await asyncio.gather(*(c.run(["sh", "-c", script]) for _ in range(6)))
         finally:
@@ -289,10 +298,11 @@ def test_max_channels_limits_concurrency(sandbox: dict[str, str]) -> None:
             spans.append((start, end))
         return _max_overlap(spans)
 
-    # remote timestamps: never more than two commands at once with max_channels 2 ...
-    assert run(overlap(2, 0.3)) == 2
-    # ... and really concurrent when allowed (1 s each: remote shells may start slowly here)
-    assert run(overlap(6, 1.0)) >= 3
+    # remote timestamps: never more than two commands at once with max_channels 2 (the first
+    # two meet at the barrier: two at once is reached) ...
+    assert run(overlap(2, meet=2)) == 2
+    # ... and all six at once when allowed (each waits until all six have started)
+    assert run(overlap(6, meet=6)) == 6
 
 
 @pytest.mark.slurm

@@ -379,7 +379,6 @@ def test_run_on_an_ssh_site(
     write(proj / "sub" / "keep.txt", "kept\n")
     cfg = site_config(proj, slurm_cluster)
     workdir = tmp_path / "runs"
-    t0 = time.monotonic()
     rc = main(
         ["run", str(proj), "--backend-config", str(cfg), "-P", "code=3", "--workdir", str(workdir)]
     )
@@ -412,7 +411,6 @@ def test_run_on_an_ssh_site(
     assert os.environ["MANTIK_SSH_PRIVATE_KEY"].strip().splitlines()[1] not in "".join(
         p.read_text(errors="replace") for p in workdir.rglob("*") if p.is_file()
     )
-    assert time.monotonic() - t0 < 60
 
 
 @pytest.mark.ssh
