@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from test_ssh_connector import OWN_SSHD_PORT, OwnSSHD, host_key_line
 
+from conftest import until_released
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
 from launchers.config.loader import load_config
 from launchers.connectors import registry
@@ -132,7 +133,8 @@ def test_job_tracked_across_an_sshd_outage(clean: dict[str, str], tmp_path: Path
         )
         L = launcher(conf)
         with experiment(tmp_path / "exp", L):
-            job = command(["sleep", "4"]).submit()
+            release = tmp_path / "release"  # the job runs until after the outage
+            job = command(["sh", "-c", until_released(release)]).submit()
             deadline = time.monotonic() + 20
             while job.native_id is None and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -141,7 +143,8 @@ def test_job_tracked_across_an_sshd_outage(clean: dict[str, str], tmp_path: Path
             time.sleep(2)
             assert not job.state.is_final  # an outage never fails (nor finishes) a job
             server.start()
-            assert job.wait(timeout=40) is JobState.COMPLETED
+            release.touch()
+            assert job.wait(timeout=60) is JobState.COMPLETED
         assert job.state is JobState.COMPLETED
         conn = registry.get_connector("cluster", load_config(conf))
         assert isinstance(conn, SSHConnector) and conn.connections_opened >= 2
