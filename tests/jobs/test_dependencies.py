@@ -465,3 +465,67 @@ def test_a_waiting_dependents_newer_reasons_are_written_once_a_second(
         time.sleep(0.02)
     assert dependent.state is S.CANCELLED and dependent.reason == "cancelled on request"
     assert not graph.holds(dependent)
+
+
+_GRAPH_CLIENT = """
+import sys, time
+from pathlib import Path
+import dependencies_tasks as dt
+from launchers import command, experiment
+from launchers.local.launcher import DirectLauncher
+tmp = Path(sys.argv[1])
+slow = ["sh", "-c", f"while ! test -e {tmp / 'release'}; do sleep 0.1; done"]
+with experiment(tmp / "xp", DirectLauncher(), progress=False):
+    gate = command(slow, name="slow").submit()
+    after = dt.mark(tmp / "ran", 7).submit(after=[gate])
+    (tmp / f"attached-{sys.argv[2]}").touch()
+    if sys.argv[2] == "owner":
+        time.sleep(600)  # killed by the test while the dependent waits
+print(after.state.value, after.result())
+"""
+
+
+def test_an_observer_takes_over_a_waiting_dependent_when_its_owner_dies(tmp_path: Path) -> None:
+    """Two runs of one script: the first holds the dependent, the second observes it. The first
+    is SIGKILLed: the second takes the dependent over, still waits for its dependency (it is
+    not submitted early), then runs it once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "client.py"
+    script.write_text(_GRAPH_CLIENT)
+
+    def start(role: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, str(script), str(tmp_path), role],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+    def wait_for(what: Any, why: str) -> None:
+        deadline = time.monotonic() + 60
+        while not what():
+            assert time.monotonic() < deadline, why
+            time.sleep(0.05)
+
+    owner = start("owner")
+    wait_for((tmp_path / "attached-owner").exists, "the owner never submitted")
+    observer = start("observer")
+    wait_for((tmp_path / "attached-observer").exists, "the observer never attached")
+    after_dir = next((tmp_path / "xp" / "jobs" / "mark").iterdir())
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait(10)
+
+    def taken_over() -> bool:
+        rec = read_record(after_dir)
+        return rec is not None and (rec.extra.get("owner") or {}).get("pid") == observer.pid
+
+    wait_for(taken_over, "the observer did not take the dependent over")
+    time.sleep(0.5)  # a wrong takeover would submit it now, before its dependency ended
+    rec = read_record(after_dir)
+    assert rec is not None and rec.state is JobState.WAITING and rec.reason
+    assert "waiting for" in rec.reason and not (tmp_path / "ran").exists()
+    (tmp_path / "release").touch()
+    out, err = observer.communicate(timeout=60)
+    assert observer.returncode == 0, err
+    assert out.split() == ["COMPLETED", "7"]
+    assert (tmp_path / "ran").read_text().count("\n") == 1
