@@ -297,7 +297,7 @@ def test_slurm_modules_venv_and_pyxis(
 
 @pytest.mark.slurm
 @pytest.mark.ssh
-def test_slurm_over_ssh_loads_modules(
+def test_slurm_over_ssh_loads_modules_and_a_venv(
     world: dict[str, Path], job_env: None, slurm: dict[str, str], tmp_path: Path
 ) -> None:
     group = load_config(_config(tmp_path, world, slurm, ssh=True)).groups[0]
@@ -305,8 +305,15 @@ def test_slurm_over_ssh_loads_modules(
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", launcher, progress=False):
         ok = command(["sh", "-c", 'echo "$MARKER_MODULE"; marker-tool'], name="mod").submit()
         missing = command(["true"], name="missing", environment={"modules": ["nosuch/9"]}).submit()
+        in_venv = command(
+            ["python", "-c", "import sys, marker_pkg; print(sys.prefix, marker_pkg.VALUE)"],
+            name="venv",
+            environment={"venv": str(world["venv"])},
+        ).submit()
     assert ok.state is JobState.COMPLETED
     assert ok.stdout_path.read_text().splitlines()[1:] == ["loaded-1.0", "marker-tool-ran"]
+    assert in_venv.state is JobState.COMPLETED, in_venv.stderr_path.read_text()
+    assert in_venv.stdout_path.read_text().splitlines()[1:] == [f"{world['venv']} venv-marker"]
     assert missing.state is JobState.FAILED
     assert "environment step modules[0]" in (missing.record.reason or "")
     assert "The following module(s) are unknown" in missing.stderr_path.read_text()
