@@ -298,7 +298,7 @@ def test_cancel_of_a_waiting_dependent(tmp_path: Path) -> None:
     )
 
 
-def test_jobs_command_shows_what_a_job_waits_for(
+def test_jobs_and_status_commands_show_what_a_job_waits_for(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from launchers.cli.main import main
@@ -323,6 +323,13 @@ def test_jobs_command_shows_what_a_job_waits_for(
             (gate.task_id, "ok", "RUNNING"),
             (done.task_id, "any", "COMPLETED"),
         ]
+        # launchers status: why this job is not running, one line
+        assert main(["status", "--no-refresh", str(after.directory)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert f"waits for: {gate.task_id} (RUNNING), {done.task_id} (COMPLETED, any end)" in lines
+        assert main(["status", "--no-refresh", "--json", str(after.directory)]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert [a["state"] for a in data["after"]] == ["RUNNING", "COMPLETED"]
         release.touch()
     assert after.state is S.COMPLETED
 

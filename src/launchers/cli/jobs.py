@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LaunchersError
-from ..jobs.depends import Edge, edges_of, explain
+from ..jobs.depends import explain
 from ..jobs.record import StateRecord, read_record
 from ..jobs.state import JobState
 from .jobdirs import job_dirs, resolve_job
-from .status import refresh
+from .status import dependencies, refresh
 
 COLUMNS = ("TASK ID", "STATE", "NATIVE ID", "ATTEMPT", "REASON")
 
@@ -98,30 +98,11 @@ def _records(workdir: str) -> list[tuple[Path, StateRecord]]:
 # -- jobs -----------------------------------------------------------------------------------------
 
 
-def _dependencies(record: StateRecord) -> list[tuple[Edge, JobState | None]]:
-    """The edges of a job not final yet, each with its dependency's recorded state
-    (docs/design/runtime.md §15); none for a final job."""
-    if record.state.is_final:
-        return []
-    try:
-        edges = edges_of(record.extra)
-    except LaunchersError:
-        return []
-    out: list[tuple[Edge, JobState | None]] = []
-    for edge in edges:
-        try:
-            dep = read_record(edge.directory)
-        except LaunchersError:
-            dep = None
-        out.append((edge, dep.state if dep is not None else None))
-    return out
-
-
 def _reason(record: StateRecord) -> str:
     """The reason column: the recorded reason, and for a job that waits for others, each of
     them with its state (why it is not running)."""
     reason = (record.reason or "").replace("\n", " ")
-    why = explain(_dependencies(record))
+    why = explain(dependencies(record))
     return f"{reason}; {why}" if reason and why else reason or why
 
 
@@ -153,7 +134,7 @@ def run_jobs(args: argparse.Namespace) -> int:
                     "exit_code": r.exit_code,
                     "directory": str(d),
                 }
-                deps = _dependencies(r)
+                deps = dependencies(r)
                 if deps:  # a job that waits for others: each with its state
                     row["after"] = [{**e.to_json(), "state": st and st.value} for e, st in deps]
                 print(json.dumps(row))

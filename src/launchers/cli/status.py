@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LaunchersError
+from ..jobs.depends import Edge, edges_of, explain
+from ..jobs.record import StateRecord, read_record
+from ..jobs.state import JobState
 from .jobdirs import resolve_job
 
 log = logging.getLogger("launchers.cli")
@@ -107,6 +110,25 @@ def remote_location(record: Any) -> str | None:
     return None
 
 
+def dependencies(record: StateRecord) -> list[tuple[Edge, JobState | None]]:
+    """The edges of a job not final yet, each with its dependency's recorded state
+    (docs/design/runtime.md §15); none for a final job."""
+    if record.state.is_final:
+        return []
+    try:
+        edges = edges_of(record.extra)
+    except LaunchersError:
+        return []
+    out: list[tuple[Edge, JobState | None]] = []
+    for edge in edges:
+        try:
+            dep = read_record(edge.directory)
+        except LaunchersError:
+            dep = None
+        out.append((edge, dep.state if dep is not None else None))
+    return out
+
+
 def describe(directory: Path, job: Any) -> dict[str, Any]:
     """The fields ``launchers status`` shows, as plain data."""
     rec = job.record
@@ -129,6 +151,8 @@ def describe(directory: Path, job: Any) -> dict[str, Any]:
         "directory": str(directory),
         "stdout": str(job.paths.stdout),
         "stderr": str(job.paths.stderr),
+        # what a job not final yet waits for, each with its state (why it is not running)
+        "after": [{**e.to_json(), "state": st and st.value} for e, st in dependencies(rec)],
     }
 
 
@@ -155,6 +179,11 @@ def render(data: Mapping[str, Any]) -> str:
         ),
         ("launcher", launcher),
     ]
+    if data.get("after"):
+        deps = [
+            (Edge.from_json(d), JobState(d["state"]) if d["state"] else None) for d in data["after"]
+        ]
+        rows.append(("waits for", explain(deps).removeprefix("after ")))
     if data.get("site"):
         rows.append(("site", data["site"]))
     if data.get("remote"):
