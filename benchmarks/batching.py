@@ -1,4 +1,4 @@
-"""Benchmark of n:1 batching (docs/design/batching.md §5): makespan of N tiny tasks, one Slurm job each vs
+"""Benchmark of n:1 batching (docs/design/pilots.md §5): makespan of N tiny tasks, one Slurm job each vs
 batched through one pilot, vs a shell loop of ``sbatch --wrap``, on the project's real Slurm.
 
 One command (starts and stops its own cluster instance with a Prolog sleeping L seconds)::
@@ -8,7 +8,7 @@ One command (starts and stops its own cluster instance with a Prolog sleeping L 
 
 Reported per series: median of ``--runs`` runs after one warm-up, the ratio
 makespan(one job each) / makespan(batched), per-task overhead, the pilot's idle tail, Slurm
-jobs submitted, and PASS/FAIL against the targets of docs/design/batching.md §5.
+jobs submitted, and PASS/FAIL against the targets of docs/design/pilots.md §5.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Fixtures for the remote tests: the loopback UNICORE and firecREST servers on the real Slurm.
 
-Credentials go through environment variables only (docs/design/remote-sites.md §2); the secrets below are
+Credentials go through environment variables only (docs/design/sites.md §2); the secrets below are
 looked for afterwards in every written file and log line.
 """
 

@@ -2,7 +2,7 @@
 is the work of an *executor* (I/O), looked up by launcher kind, as in PSI/J's executor split.
 
 ``Launcher`` is the base of every kind; ``BatchLauncher`` runs many tasks through few pilot jobs
-of an inner launcher (docs/design/batching.md §3.1), and lives here because every launcher can be
+of an inner launcher (docs/design/pilots.md §3.1), and lives here because every launcher can be
 ``batched()``. Durations of the batch options are given as seconds or duration strings
 (``"2m"``, ``"30s"``) and stored in seconds; the pilot manager is ``launchers.batch.executor``.
 """
@@ -36,7 +36,7 @@ class Launcher:
         return services().executor_for(self)
 
     def batched(self, **options: Any) -> BatchLauncher:
-        """This launcher wrapped in a ``BatchLauncher`` (docs/design/batching.md §3.1)."""
+        """This launcher wrapped in a ``BatchLauncher`` (docs/design/pilots.md §3.1)."""
         return BatchLauncher(self, **options)
 
 

@@ -98,7 +98,7 @@ def test_refuses_a_task_that_can_never_fit(tmp_path: Path) -> None:
 
 
 def test_default_walltime_follows_declared_durations_not_task_timeout(tmp_path: Path) -> None:
-    """docs/design/batching.md §3.2: the default walltime is the larger of 1 h and twice the longest declared
+    """docs/design/pilots.md §3.2: the default walltime is the larger of 1 h and twice the longest declared
     duration; a task_timeout does not stretch it, so 2 h + 5 min can never fit in 1 h."""
     b = batch(task_timeout="2h", drain_margin="5m")
     with (
@@ -253,7 +253,7 @@ def test_reattach_after_the_submitter_died(tmp_path: Path) -> None:
 
 
 def test_gres_gpus_count_and_scale_with_slots() -> None:
-    """docs/design/batching.md §3.2: a group with ``gpu_option: gres`` asks ``--gres=gpu[:TYPE]:N``; those GPUs
+    """docs/design/pilots.md §3.2: a group with ``gpu_option: gres`` asks ``--gres=gpu[:TYPE]:N``; those GPUs
     count for the task, and the pilot asks slots times as many in the same form."""
     from launchers.batch.executor import _pilot_slurm_launcher
 

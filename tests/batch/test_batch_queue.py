@@ -204,7 +204,7 @@ def test_sigkill_mid_task_gives_attempt_two(tmp_path: Path) -> None:
 
 def test_sigkill_of_the_runner_kills_what_the_task_started(tmp_path: Path) -> None:
     """The parent-death signal reaches the task's first process only; the runner's guard kills
-    the task's whole process group, grandchildren included (docs/design/batching.md §3.4: a task never
+    the task's whole process group, grandchildren included (docs/design/pilots.md §3.4: a task never
     outlives a killed runner, even where Slurm does not track processes by cgroup)."""
     queue = Q.ensure_queue(tmp_path / "q")
     pidfile = tmp_path / "grandchild.pid"

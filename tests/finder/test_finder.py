@@ -1,4 +1,4 @@
-"""The finder: matching rules (docs/design/finder.md §3), the search (docs/design/finder.md §5), output options and soundness (docs/design/finder.md §7)."""
+"""The finder: matching rules (docs/design/matching.md §3), the search (docs/design/matching.md §5), output options and soundness (docs/design/matching.md §7)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ local:
     gpus: [{model: small, count: 1, memory: 12G}, {model: big, count: 1, memory: 24G}]
 """
 
-# ---------------------------------------------------------------- docs/design/finder.md §3 matching
+# ---------------------------------------------------------------- docs/design/matching.md §3 matching
 
 
 def test_cores_and_memory_each_reject() -> None:
@@ -187,7 +187,7 @@ def test_features_regex_whole_name() -> None:
     assert find_launcher("cuda()*3", config=config, default=None) is None
 
 
-# ---------------------------------------------------------------- docs/design/finder.md §5 the search
+# ---------------------------------------------------------------- docs/design/matching.md §5 the search
 
 TWO_GROUPS = """
 local:

@@ -1,12 +1,12 @@
-"""Deviations from docs/design/finder.md found by an audit, each checked here once fixed.
+"""Deviations from docs/design/matching.md found by an audit, each checked here once fixed.
 
-1. ``features_regex`` values are validated at load (docs/design/finder.md §4), not at the first search.
-2. ``--exclude`` only holds hosts of partitions still listed (docs/design/finder.md §5 soundness).
-3. Python ``*`` follows the string ``*N`` rules (docs/design/finder.md §1, §2).
+1. ``features_regex`` values are validated at load (docs/design/matching.md §4), not at the first search.
+2. ``--exclude`` only holds hosts of partitions still listed (docs/design/matching.md §5 soundness).
+3. Python ``*`` follows the string ``*N`` rules (docs/design/matching.md §1, §2).
 4. A group without an id is labelled by its index within its kind, as configuration errors
-   name it (docs/design/finder.md §4, §5.5); the JSON ``"group"`` index is unchanged.
-5. The caret of a ``RequirementSyntaxError`` stays under the column when the line has tabs (docs/design/finder.md §1).
-6. A duplicate YAML key names its key path (docs/design/finder.md §4).
+   name it (docs/design/matching.md §4, §5.5); the JSON ``"group"`` index is unchanged.
+5. The caret of a ``RequirementSyntaxError`` stays under the column when the line has tabs (docs/design/matching.md §1).
+6. A duplicate YAML key names its key path (docs/design/matching.md §4).
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def test_exclude_forgets_hosts_of_a_dropped_partition(
 
 def test_exclude_kept_for_a_partition_still_listed(tmp_path: pathlib.Path) -> None:
     # r is the best partition: it stays listed, its excluded hosts stay excluded, and its
-    # count-only node group is the warning of docs/design/finder.md §7
+    # count-only node group is the warning of docs/design/matching.md §7
     text = EXCLUDE_THEN_DROP.replace("HOSTS", "p1").replace("BAD", "r2")
     text = text.replace("priority: 1", "priority: 0").replace(
         "      r:\n", "      r:\n        priority: 5\n"
@@ -248,7 +248,7 @@ def test_group_label_is_its_index_within_its_kind(
     err = capsys.readouterr().err
     assert "local group local[0]:" in err and "local group local[1]:" in err
     assert "local[2]" not in err
-    # JSON "group" stays the index in the file, across kinds (docs/design/finder.md §6)
+    # JSON "group" stays the index in the file, across kinds (docs/design/matching.md §6)
     assert main(["find", "cpu(cores=16)", "--config", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["group"] == 2
     # the label is how configuration errors name the group

@@ -400,7 +400,7 @@ def test_limits_are_errors_not_hangs() -> None:
 def test_value_errors_say_where_and_what_was_expected(
     text: str, column: int, start: str, expected: tuple[str, ...]
 ) -> None:
-    """docs/design/finder.md §1: every syntax error shows the column and what was expected there; a key the
+    """docs/design/matching.md §1: every syntax error shows the column and what was expected there; a key the
     language does not know is reported at the key even when its value starts with a word."""
     e = _error(text)
     assert (e.line, e.column) == (1, column) and e.reason.startswith(start), e

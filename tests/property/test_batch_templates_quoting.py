@@ -1,5 +1,5 @@
 """hpc_batch templates: values are quoted for their place however the template is written
-(docs/design/batching.md §4): comments, here-documents, ``$(...)`` and backquotes inside double quotes,
+(docs/design/pilots.md §4): comments, here-documents, ``$(...)`` and backquotes inside double quotes,
 ``$'...'``, ``case`` inside ``$(...)``. Rendered scripts are run with bash to prove that each value
 arrives exactly and that nothing in it is executed (the marker file is never created)."""
 

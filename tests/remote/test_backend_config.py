@@ -1,4 +1,4 @@
-"""The Compute Backend Config (docs/design/remote-sites.md §1): loading, every rule, the docs/design/remote-sites.md §1.5 Mantik defects."""
+"""The Compute Backend Config (docs/design/sites.md §1): loading, every rule, the docs/design/sites.md §1.5 Mantik defects."""
 
 from __future__ import annotations
 
@@ -394,7 +394,7 @@ def test_group_and_own_site_conflict(tmp_path: Path) -> None:
 
 
 def test_mantik_memory_text_is_a_size_for_both_sites(tmp_path: Path) -> None:
-    """docs/design/remote-sites.md §1.5: Mantik crashed on `MemoryPerNode: 16G` for firecREST and sent the text to UNICORE."""
+    """docs/design/sites.md §1.5: Mantik crashed on `MemoryPerNode: 16G` for firecREST and sent the text to UNICORE."""
     res = "Resources: {Queue: q, MemoryPerNode: 16G}\n"
     uc = load_backend_config(write(tmp_path, f"UnicoreApiUrl: {URL}\n" + res), environ={})
     fc = load_backend_config(

@@ -1,4 +1,4 @@
-"""Exclude patterns (docs/design/remote-sites.md §1.3): table, property and filesystem tests."""
+"""Exclude patterns (docs/design/sites.md §1.3): table, property and filesystem tests."""
 
 from __future__ import annotations
 

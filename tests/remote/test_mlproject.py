@@ -1,4 +1,4 @@
-"""MLproject entry points and ``launchers run`` parsing and ``--dry-run`` (docs/design/remote-sites.md §3.4)."""
+"""MLproject entry points and ``launchers run`` parsing and ``--dry-run`` (docs/design/sites.md §3.4)."""
 
 from __future__ import annotations
 
@@ -610,7 +610,7 @@ def test_account_option_wins_over_site(tmp_path: Path, capsys: pytest.CaptureFix
 def test_backend_config_resources_are_sent_as_written(
     tmp_path: Path, site: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """docs/design/remote-sites.md §2: a standalone Compute Backend Config's Resources go out as written (docs/design/remote-sites.md §1.2
+    """docs/design/sites.md §2: a standalone Compute Backend Config's Resources go out as written (docs/design/sites.md §1.2
     table): TotalCPUs, Reservation, Runtime in seconds for UNICORE; D-HH:MM:SS for firecREST;
     the account falls back to $MANTIK_COMPUTE_BUDGET_ACCOUNT."""
     import types

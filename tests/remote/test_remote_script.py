@@ -1,5 +1,5 @@
-"""The remote ``job.sh`` (docs/design/remote-sites.md §3.1), RUN with bash and shims for ``module``/``srun``,
-and UNICORE's job description (docs/design/remote-sites.md §3.2)."""
+"""The remote ``job.sh`` (docs/design/sites.md §3.1), RUN with bash and shims for ``module``/``srun``,
+and UNICORE's job description (docs/design/sites.md §3.2)."""
 
 from __future__ import annotations
 

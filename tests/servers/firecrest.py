@@ -1,5 +1,5 @@
 """A loopback firecREST v2 API and token endpoint on the real local Slurm, behaving as the real
-server does where a client can tell (docs/design/remote-sites.md §4.2; docs/remote-sites.md, "firecREST:
+server does where a client can tell (docs/design/sites.md §4.2; docs/remote-sites.md, "firecREST:
 server behaviours we rely on and work around").
 
 Tokens are RS256 JWTs (``kid``, ``sub``, ``preferred_username``, ``iat``, ``exp``) from

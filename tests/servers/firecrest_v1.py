@@ -1,4 +1,4 @@
-"""A loopback firecREST v1 API (docs/design/remote-sites.md §4.3) on the real local Slurm, driven by
+"""A loopback firecREST v1 API (docs/design/sites.md §4.3) on the real local Slurm, driven by
 ``firecrest.v1.Firecrest``.
 
 Same token endpoint and JWT checks as the v2 server. ``Authorization: Bearer``, the machine in

@@ -1,4 +1,4 @@
-"""A loopback UNICORE REST core (docs/design/remote-sites.md §4.1) running its jobs on the real local Slurm.
+"""A loopback UNICORE REST core (docs/design/sites.md §4.1) running its jobs on the real local Slurm.
 
 Like UNICORE's Slurm adapter it writes ``UNICORE_Job_ID`` (exports, ``cd``, ``chmod u+x``, the
 executable line, ``echo $? > UNICORE_SCRIPT_EXIT_CODE``) and ``bss_submit_ID`` (``#SBATCH``

@@ -157,16 +157,16 @@ def _problems(path: Path) -> list[str]:
 
 
 def test_design_pages_exist() -> None:
-    for page in ("README", "runtime", "finder", "batching", "remote-sites"):
+    for page in ("README", "runtime", "matching", "pilots", "sites"):
         assert (DESIGN / f"{page}.md").is_file(), page
 
 
 def test_design_pages_are_numbered() -> None:
     """runtime.md keeps sections 1 to 14, so that citations map one to one."""
     assert {str(n) for n in range(1, 15)} <= _numbers(DESIGN / "runtime.md")
-    assert {str(n) for n in range(1, 8)} <= _numbers(DESIGN / "finder.md")
-    assert {"1", "2", "3", "4", "5"} <= _numbers(DESIGN / "remote-sites.md")
-    assert {"1", "2", "3", "3.1", "3.7", "4", "5"} <= _numbers(DESIGN / "batching.md")
+    assert {str(n) for n in range(1, 8)} <= _numbers(DESIGN / "matching.md")
+    assert {"1", "2", "3", "4", "5"} <= _numbers(DESIGN / "sites.md")
+    assert {"1", "2", "3", "3.1", "3.7", "4", "5"} <= _numbers(DESIGN / "pilots.md")
 
 
 @pytest.mark.parametrize("path", [p for p in SCANNED if p != Path(__file__).resolve()], ids=_rel)
@@ -180,7 +180,7 @@ def test_checker_catches_what_it_should(tmp_path: Path) -> None:
     good = tmp_path / "good.py"
     good.write_text(
         '"""Rules (docs/design/runtime.md §4-§6)."""\n'
-        "# docs/design/finder.md §5.3, §7 and bare §12\n"
+        "# docs/design/matching.md §5.3, §7 and bare §12\n"
     )
     assert _problems(good) == []
     bad = tmp_path / "bad.py"

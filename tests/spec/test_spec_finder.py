@@ -1,6 +1,6 @@
-"""Spec conformance of docs/design/finder.md (§1-§7), through the public surface only.
+"""Spec conformance of docs/design/matching.md (§1-§7), through the public surface only.
 
-Every test checks one rule of docs/design/finder.md; its comment quotes the wording of the
+Every test checks one rule of docs/design/matching.md; its comment quotes the wording of the
 behaviour spec the rule was first written in. Only ``import launchers`` and the ``launchers``
 command are used: no internal module, no mock.
 """
@@ -131,8 +131,8 @@ slurm:
 """
 
 
-# =============================================================================== docs/design/finder.md §1
-# docs/design/finder.md §1 Requirement strings
+# =============================================================================== docs/design/matching.md §1
+# docs/design/matching.md §1 Requirement strings
 
 
 def test_s1_alternatives_in_order_of_preference() -> None:
@@ -357,8 +357,8 @@ def test_s1_never_an_internal_error(text: str) -> None:
         assert e.text == text
 
 
-# =============================================================================== docs/design/finder.md §2
-# docs/design/finder.md §2 Requirement values (Python API)
+# =============================================================================== docs/design/matching.md §2
+# docs/design/matching.md §2 Requirement values (Python API)
 
 
 def test_s2_builders_defaults() -> None:
@@ -376,7 +376,7 @@ def test_s2_builders_defaults() -> None:
 
 @pytest.mark.parametrize("bad", [2.5, "24", "x", [1], -1])
 def test_s2_builders_reject_bad_sizes(bad: Any) -> None:
-    # docs/design/finder.md §1 "A size without a unit is an error" / "Never a `TypeError`": builders too
+    # docs/design/matching.md §1 "A size without a unit is an error" / "Never a `TypeError`": builders too
     with pytest.raises(RequirementSyntaxError):
         cpu(mem=bad)
     with pytest.raises(RequirementSyntaxError):
@@ -408,7 +408,7 @@ def test_s2_values_are_immutable() -> None:
     d = a | b
     e = (
         g * 3
-    )  # '*' repeats GPUs only (a * 3 is an error, as "(...)*3" is: see docs/design/finder.md §1 tests)
+    )  # '*' repeats GPUs only (a * 3 is an error, as "(...)*3" is: see docs/design/matching.md §1 tests)
     assert str(a) == before_a and str(b) == before_b and str(g) == before_g
     assert len(a.requirements[0].cuda_gpus) == 1 and len(g.requirements[0].cuda_gpus) == 1
     assert len(c.requirements[0].cuda_gpus) == 2
@@ -506,8 +506,8 @@ def test_s2_text_form_round_trips(value: Any) -> None:
     assert parse(str(value)).requirements == value.requirements
 
 
-# =============================================================================== docs/design/finder.md §3
-# docs/design/finder.md §3 Matching one alternative against one host
+# =============================================================================== docs/design/matching.md §3
+# docs/design/matching.md §3 Matching one alternative against one host
 
 LOCAL_8C_32G = """
 local:
@@ -666,8 +666,8 @@ def test_s3_qos_min_gpu(tmp_path: Path) -> None:
     assert "--qos=gpuq" in sargs(tmp_path, text, "cuda()*2")
 
 
-# =============================================================================== docs/design/finder.md §4
-# docs/design/finder.md §4 launchers.yaml
+# =============================================================================== docs/design/matching.md §4
+# docs/design/matching.md §4 launchers.yaml
 
 
 ALL_KINDS = """
@@ -813,7 +813,7 @@ def test_s4_connectors_yaml_next_to_launchers_yaml(tmp_path: Path) -> None:
 
 
 def test_s4_tags_filter(tmp_path: Path) -> None:
-    # "`tags` (list)" and docs/design/finder.md §5.3 "If `tags` is given, only groups having at least one of those tags
+    # "`tags` (list)" and docs/design/matching.md §5.3 "If `tags` is given, only groups having at least one of those tags
     # are considered."
     text = """
     local:
@@ -924,7 +924,7 @@ def test_s4_slurm_keys_and_defaults_accepted(tmp_path: Path) -> None:
 
 
 def test_s4_gpu_option_gres(tmp_path: Path) -> None:
-    # "`gpu_option` (`gpus-per-node` default, or `gres`)" / docs/design/finder.md §5 "`--gpus-per-node` (or `--gres=gpu:N`)"
+    # "`gpu_option` (`gpus-per-node` default, or `gres`)" / docs/design/matching.md §5 "`--gpus-per-node` (or `--gres=gpu:N`)"
     text = BASIC.replace("  - id: cluster\n", "  - id: cluster\n    gpu_option: gres\n")
     got = sargs(tmp_path, text, "cuda(mem=12G)*2")
     assert "--gres=gpu:2" in got and not any(a.startswith("--gpus-per-node") for a in got)
@@ -1229,7 +1229,7 @@ def test_s4_whole_file_validated_at_load(tmp_path: Path) -> None:
 
 
 def test_s4_error_via_cli_validate(tmp_path: Path) -> None:
-    # docs/design/finder.md §6 "`launchers validate [PATH]`: loads and checks a configuration, exit status as above."
+    # docs/design/matching.md §6 "`launchers validate [PATH]`: loads and checks a configuration, exit status as above."
     good = write(tmp_path / "good", BASIC)
     proc = cli("validate", str(good))
     assert proc.returncode == 0, proc.stderr
@@ -1343,7 +1343,7 @@ def test_s4_implicit_local_reads_nvidia_smi(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("content", ["", "\n# nothing\n", "local: []\nslurm: []\n", "local: []\n"])
 def test_s7_empty_file_is_no_configuration(tmp_path: Path, content: str) -> None:
-    # docs/design/finder.md §7 "An existing file that is empty, or holds only empty lists, counts as no configuration."
+    # docs/design/matching.md §7 "An existing file that is empty, or holds only empty lists, counts as no configuration."
     home = tmp_path / "home"
     write(home / ".config/launchers", content)
     code = """
@@ -1357,8 +1357,8 @@ def test_s7_empty_file_is_no_configuration(tmp_path: Path, content: str) -> None
     assert find_launcher("cpu(cores=1)", config=path).kind == "local"
 
 
-# =============================================================================== docs/design/finder.md §5
-# docs/design/finder.md §5 The search
+# =============================================================================== docs/design/matching.md §5
+# docs/design/matching.md §5 The search
 
 
 def test_s5_1_positional_alternatives_concatenated(tmp_path: Path) -> None:
@@ -1452,7 +1452,7 @@ def test_s5_5_default_does_not_hide_errors(tmp_path: Path) -> None:
 
 
 def test_s5_5_explain_cli(tmp_path: Path) -> None:
-    # "(this is also what `launchers find --explain` prints)" / docs/design/finder.md §6 "Exit status ... 1 when no
+    # "(this is also what `launchers find --explain` prints)" / docs/design/matching.md §6 "Exit status ... 1 when no
     # launcher fits (the explanation on stderr)"
     path = write(tmp_path, BASIC)
     proc = cli("find", "cuda(mem=1T)", "--config", str(path), "--explain")
@@ -1690,7 +1690,7 @@ def test_s5_soundness_drops_partitions(tmp_path: Path) -> None:
 
 
 def test_s5_soundness_drops_clauses_before_excluding(tmp_path: Path) -> None:
-    # "drop partitions or clauses (never the best candidate's) until it does not." / docs/design/finder.md §7 "If
+    # "drop partitions or clauses (never the best candidate's) until it does not." / docs/design/matching.md §7 "If
     # soundness cannot be reached by dropping partitions or clauses ..., exclude"
     text = """
     slurm:
@@ -1784,7 +1784,7 @@ def test_s5_more_cores_instead_of_memory(tmp_path: Path) -> None:
     ],
 )
 def test_s5_time_rounded_up(tmp_path: Path, spec: str, time: str) -> None:
-    # "`--time` as `[D-]HH:MM:SS` rounded up" / docs/design/finder.md §7 "`--time` is rounded up to whole minutes
+    # "`--time` as `[D-]HH:MM:SS` rounded up" / docs/design/matching.md §7 "`--time` is rounded up to whole minutes
     # (Slurm's unit)."
     text = """
     slurm:
@@ -1846,7 +1846,7 @@ def test_s5_deterministic_across_hash_seeds(tmp_path: Path) -> None:
 
 
 # An independent oracle: random small clusters (hosts known, uniform GPUs) against the rules of
-# docs/design/finder.md §3 and the soundness and output rules of docs/design/finder.md §5, checked only through find_launcher's options.
+# docs/design/matching.md §3 and the soundness and output rules of docs/design/matching.md §5, checked only through find_launcher's options.
 
 _FEATURES = ["A", "B", "C"]
 
@@ -1942,7 +1942,7 @@ def test_s5_random_clusters_against_an_oracle(
     req: tuple[int, int, list[int], int],
     use_features: bool,
 ) -> None:
-    # docs/design/finder.md §3 matching, docs/design/finder.md §5 "the first group that can run the alternative", "The best is the one with the
+    # docs/design/matching.md §3 matching, docs/design/matching.md §5 "the first group that can run the alternative", "The best is the one with the
     # highest priority (then file order)", "Soundness: ... Every such node must belong to a matching
     # candidate", "--exclude lists the hosts ... that did not match", --mem/--time never below.
     launcher = find(tmp_path, _cluster_yaml(parts, use_features), _req_text(req), default=None)
@@ -1987,7 +1987,7 @@ def test_s5_random_clusters_against_an_oracle(
     assert o.time == (f"{hours:02d}:00:00" if hours else None)
 
 
-# -------------------------------------------------------------- docs/design/finder.md §5 slurm convert (CLI)
+# -------------------------------------------------------------- docs/design/matching.md §5 slurm convert (CLI)
 
 SCONTROL = """\
 NodeName=gpu.node:01 Arch=x86_64 CoresPerSocket=4
@@ -2079,7 +2079,7 @@ def test_s5_convert_own_features_and_names(tmp_path: Path) -> None:
 
 
 def test_s7_convert_groups_identical_nodes(tmp_path: Path) -> None:
-    # docs/design/finder.md §7 "`slurm convert`: nodes with the same features and the same `CPUTot`, `RealMemory` and GPU
+    # docs/design/matching.md §7 "`slurm convert`: nodes with the same features and the same `CPUTot`, `RealMemory` and GPU
     # count (from `Gres`) form one node group, whose `configuration` carries `cpu.cores`,
     # `cpu.memory` and `gpu.count`"
     import yaml
@@ -2094,7 +2094,7 @@ def test_s7_convert_groups_identical_nodes(tmp_path: Path) -> None:
 
 
 def test_s7_convert_no_hosts(tmp_path: Path) -> None:
-    # docs/design/finder.md §7 "`--no-hosts` empties `hosts` and writes `use_hosts: false`."
+    # docs/design/matching.md §7 "`--no-hosts` empties `hosts` and writes `use_hosts: false`."
     import yaml
 
     text, path = _convert(tmp_path, "--no-hosts")
@@ -2183,8 +2183,8 @@ def test_s5_config_returns_new_launcher(tmp_path: Path) -> None:
         launcher.config(partiton="x")
 
 
-# =============================================================================== docs/design/finder.md §6
-# docs/design/finder.md §6 Public surface
+# =============================================================================== docs/design/matching.md §6
+# docs/design/matching.md §6 Public surface
 
 
 @pytest.mark.parametrize(
@@ -2361,8 +2361,8 @@ def test_s6_cli_validate_exit_status(tmp_path: Path) -> None:
     assert proc.returncode == 2
 
 
-# =============================================================================== docs/design/finder.md §7
-# docs/design/finder.md §7 Precise points
+# =============================================================================== docs/design/matching.md §7
+# docs/design/matching.md §7 Precise points
 
 
 def test_s7_layering_order(tmp_path: Path) -> None:

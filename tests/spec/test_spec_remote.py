@@ -1,4 +1,4 @@
-"""Spec conformance of docs/design/remote-sites.md §1-§3: one small test per rule (the comment
+"""Spec conformance of docs/design/sites.md §1-§3: one small test per rule (the comment
 above it quotes the rule's wording in the behaviour spec the page was first written from), mostly
 pure; a few end to end against the loopback servers on the real Slurm."""
 
@@ -71,7 +71,7 @@ def fc(resources: str = "{Queue: normal}", environment: str | None = None) -> st
     return text + (f"Environment: {environment}\n" if environment is not None else "")
 
 
-# -- docs/design/remote-sites.md §1 the file --------------------------------------------------------------------------------
+# -- docs/design/sites.md §1 the file --------------------------------------------------------------------------------
 
 
 # "YAML (.yaml, .yml) or JSON (.json), chosen by the suffix (another suffix is an error naming these)."
@@ -105,14 +105,14 @@ def test_firecrest_keys_all_required(tmp_path: Path) -> None:
     )
 
 
-# "Resources (required, docs/design/remote-sites.md §1.2)"
+# "Resources (required, docs/design/sites.md §1.2)"
 def test_resources_required(tmp_path: Path) -> None:
     (line,) = problems(tmp_path, f"UnicoreApiUrl: {URL}\n")
     assert "Resources" in line
 
 
 # "Exactly one of UnicoreApiUrl and Firecrest; a file with neither is accepted only with --group ID
-#  naming a unicore or firecrest group of launchers.yaml (docs/design/remote-sites.md §2), which gives the site."
+#  naming a unicore or firecrest group of launchers.yaml (docs/design/sites.md §2), which gives the site."
 def test_exactly_one_site(tmp_path: Path) -> None:
     assert problems(tmp_path, f"UnicoreApiUrl: {URL}\nFirecrest: {FC}\nResources: {{Queue: q}}\n")
     (line,) = problems(tmp_path, "Resources: {Queue: q}\n")
@@ -122,7 +122,7 @@ def test_exactly_one_site(tmp_path: Path) -> None:
     assert cfg.site == group.site and cfg.account == "proj" and cfg.group == "juwels"
 
 
-# -- docs/design/remote-sites.md §1.1 Environment --------------------------------------------------------------------------
+# -- docs/design/sites.md §1.1 Environment --------------------------------------------------------------------------
 
 
 # "At most one of Apptainer and Python."
@@ -313,7 +313,7 @@ def test_login_commands_refused_for_firecrest(tmp_path: Path) -> None:
         )
 
 
-# -- docs/design/remote-sites.md §1.2 Resources -----------------------------------------------------------------------------
+# -- docs/design/sites.md §1.2 Resources -----------------------------------------------------------------------------
 
 FULL_RES = (
     "{Queue: batch, Runtime: 90m, Nodes: 2, TotalCPUs: 16, GPUsPerNode: 4, MemoryPerNode: 16G, "
@@ -357,7 +357,7 @@ def test_firecrest_sbatch_table(tmp_path: Path) -> None:
     assert ("ntasks", "16") in Resources(total_cpus=16).sbatch_options()
 
 
-# "Runtime: Mantik's <integer><unit> (s, m = minutes, h, d) or any docs/design/finder.md duration; a bare number
+# "Runtime: Mantik's <integer><unit> (s, m = minutes, h, d) or any docs/design/matching.md duration; a bare number
 #  or several units (1h30m) is an error suggesting one (90m)."
 @pytest.mark.parametrize(
     ("text", "seconds"),
@@ -383,7 +383,7 @@ def test_runtime_errors(tmp_path: Path, text: str, expected: str) -> None:
     assert "Resources.Runtime" in line and expected in line
 
 
-# "Sizes use docs/design/finder.md's units (K, M, G, T binary; KB, MB, GB decimal); no unit is an error; MiB are rounded up."
+# "Sizes use docs/design/matching.md's units (K, M, G, T binary; KB, MB, GB decimal); no unit is an error; MiB are rounded up."
 @pytest.mark.parametrize(
     ("text", "mib"),
     [
@@ -456,7 +456,7 @@ def test_account_key_in_resources_is_unknown(tmp_path: Path) -> None:
     assert problems(tmp_path, uc("{Queue: q, Project: p}"))
 
 
-# -- docs/design/remote-sites.md §1.3 Exclude -------------------------------------------------------------------------------
+# -- docs/design/sites.md §1.3 Exclude -------------------------------------------------------------------------------
 
 EXCLUDE = [
     # 1. A trailing / matches directories only; a matching directory excludes everything below it.
@@ -557,7 +557,7 @@ def test_dry_run_lists_uploads_and_exclusions(
     assert not (tmp_path / "w").exists()  # nothing submitted, nothing recorded
 
 
-# -- docs/design/remote-sites.md §1.4 errors --------------------------------------------------------------------------------
+# -- docs/design/sites.md §1.4 errors --------------------------------------------------------------------------------
 
 DOC_EXAMPLE = f"""\
 UnicoreApiUrl: {URL}
@@ -604,7 +604,7 @@ def test_duplicate_keys(tmp_path: Path) -> None:
     assert line.startswith(f"{tmp_path / 'b.json'}:3:3: Resources.Queue: duplicate key 'Queue'")
 
 
-# -- docs/design/remote-sites.md §2 groups ----------------------------------------------------------------------------------
+# -- docs/design/sites.md §2 groups ----------------------------------------------------------------------------------
 
 
 # "connector, path, query_slurm are errors: the site is reached only through its API."
@@ -666,10 +666,10 @@ def test_group_site_defaults() -> None:
     )
 
 
-# -- docs/design/remote-sites.md §3.1 the job script ------------------------------------------------------------------------
+# -- docs/design/sites.md §3.1 the job script ------------------------------------------------------------------------
 
 
-# "(1) firecREST only, #SBATCH lines from docs/design/remote-sites.md §1.2 or the finder, with --job-name, --output=RUN/job.out,
+# "(1) firecREST only, #SBATCH lines from docs/design/sites.md §1.2 or the finder, with --job-name, --output=RUN/job.out,
 #  --error=RUN/job.err" and "#!/bin/bash -l"
 def test_firecrest_script_header(tmp_path: Path) -> None:
     env = validate_environment(None, None)
@@ -776,7 +776,7 @@ def test_login_commands_in_description(tmp_path: Path) -> None:
     assert proc.returncode != 0 and not (tmp_path / "never").exists()
 
 
-# -- docs/design/remote-sites.md §3.2 UNICORE -------------------------------------------------------------------------------
+# -- docs/design/sites.md §3.2 UNICORE -------------------------------------------------------------------------------
 
 
 # "Job description (only keys that are set; name in [A-Za-z0-9_.-], at most 64 characters)" and
@@ -821,7 +821,7 @@ def test_unicore_state_map(status: str, state: JobState | None) -> None:
     assert (update.state if update is not None else None) is state
 
 
-# -- docs/design/remote-sites.md §3.4 MLproject -----------------------------------------------------------------------------
+# -- docs/design/sites.md §3.4 MLproject -----------------------------------------------------------------------------
 
 MLPROJECT = """\
 name: demo
@@ -967,7 +967,7 @@ def test_run_options_defaults() -> None:
 def test_firecrest_run_failing_pre_command(
     firecrest_server: Any, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
 ) -> None:
-    """docs/design/remote-sites.md §3.1 on a real firecREST round trip: the failing step is named in job.err, the run exits with
+    """docs/design/sites.md §3.1 on a real firecREST round trip: the failing step is named in job.err, the run exits with
     its code, job.out and job.err stay separate (Mantik merged them)."""
     proj = project(tmp_path, "entry_points:\n  main:\n    command: echo never\n")
     cfg = write(
@@ -988,7 +988,7 @@ def test_firecrest_run_failing_pre_command(
 def test_unicore_run_description_at_the_site(
     unicore_server: Any, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
 ) -> None:
-    """docs/design/remote-sites.md §3.2: the description the site received, and the job's files in its working directory."""
+    """docs/design/sites.md §3.2: the description the site received, and the job's files in its working directory."""
     proj = project(tmp_path, 'entry_points:\n  main:\n    command: echo "V=$V"\n')
     cfg = write(
         tmp_path,

@@ -1,5 +1,5 @@
 """What a batch queue entry means for its job (pure): a ``done/`` entry's final state, a
-claimed task's RUNNING update, a re-queued task's PENDING one (docs/design/batching.md §3.2). The local
+claimed task's RUNNING update, a re-queued task's PENDING one (docs/design/pilots.md §3.2). The local
 and the remote poll paths both build their updates here. Also what a queue's listings and
 entries say (``Snapshot``, ``snapshot_of``, ``parse_entry``) and where a lost claim goes
 (``lost_claims``, ``requeue_target``), for every transport."""

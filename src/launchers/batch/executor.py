@@ -1,4 +1,4 @@
-"""The pilot manager (docs/design/batching.md §3.2, §3.6): publishes tasks in their shape's queue, submits
+"""The pilot manager (docs/design/pilots.md §3.2, §3.6): publishes tasks in their shape's queue, submits
 pilots through the inner launcher's executor, and reads each task's state from the queue
 directory (one listing per subdirectory per cycle, whatever the number of tasks).
 
@@ -228,7 +228,7 @@ class BatchExecutor(Executor):
         )
         shape.longest = max(
             shape.longest, res.duration or 0.0
-        )  # declared durations only (docs/design/batching.md §3.2)
+        )  # declared durations only (docs/design/pilots.md §3.2)
         shape.jobs[job.task_id] = job
         job.apply(
             StateUpdate(

@@ -1,4 +1,4 @@
-"""hpc_batch compatibility (docs/design/batching.md §4): serve a dropbox of ``*.job`` YAML descriptions,
+"""hpc_batch compatibility (docs/design/pilots.md §4): serve a dropbox of ``*.job`` YAML descriptions,
 run each through a batch launcher, answer with ``X.job.finished``.
 
 Life of a description: taken once it parses as a mapping with ``script`` and its size and mtime

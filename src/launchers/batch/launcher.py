@@ -1,4 +1,4 @@
-"""``BatchLauncher``: run many tasks through few pilot jobs of an inner launcher (docs/design/batching.md §3.1).
+"""``BatchLauncher``: run many tasks through few pilot jobs of an inner launcher (docs/design/pilots.md §3.1).
 
 The value is defined in ``launchers.launcher`` next to ``Launcher`` (every launcher can be
 ``batched()``); this module is its documented home. The pilot manager is

@@ -1,7 +1,7 @@
 """The pilot bookkeeping of one batch shape: its queue and pilots in this process, pilots
 adopted from other processes, when to submit one more (under the queue's pilot lock), how a
 pilot is submitted through the inner launcher, and which pilot a runner belongs to
-(docs/design/batching.md §3.2, §3.6). The executor calls these from its submit and poll paths."""
+(docs/design/pilots.md §3.2, §3.6). The executor calls these from its submit and poll paths."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The queue directory protocol, submitting side (docs/design/batching.md §3.3, §3.6): publish by temporary
+"""The queue directory protocol, submitting side (docs/design/pilots.md §3.3, §3.6): publish by temporary
 name + rename, cancel, one-listing-per-subdirectory snapshots, lost-runner recovery.
 
 Claiming, finishing and heartbeats are done by the runner; both sides share the primitives of

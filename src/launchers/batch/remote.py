@@ -1,4 +1,4 @@
-"""The queue directory protocol for queues that live elsewhere (docs/design/batching.md §3.3):
+"""The queue directory protocol for queues that live elsewhere (docs/design/pilots.md §3.3):
 ``StoreQueue``, the protocol over a ``protocols.FileStore`` (publish, scan with cached entries,
 cancel, recovery, outputs), the transports differing by capabilities (``can_rename``,
 ``runs_python``); and ``RemoteQueue``, the queue under an SSH connector's ``workdir``:

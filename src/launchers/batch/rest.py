@@ -1,4 +1,4 @@
-"""The queue directory protocol over a REST file API (docs/design/batching.md §3.3): UNICORE storages and
+"""The queue directory protocol over a REST file API (docs/design/pilots.md §3.3): UNICORE storages and
 firecREST file systems.
 
 Neither API offers a cheap, atomic publish-by-rename, so entries are written in place and every

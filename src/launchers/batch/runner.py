@@ -1,4 +1,4 @@
-"""The batch runner (docs/design/batching.md §3.4, §3.5): runs the tasks of one queue directory inside one
+"""The batch runner (docs/design/pilots.md §3.4, §3.5): runs the tasks of one queue directory inside one
 allocation. Standard library only, Python >= 3.8: the manager writes this file into the queue
 directory and the pilot runs ``python3 runner.py --queue DIR --slots K --walltime S ...``.
 

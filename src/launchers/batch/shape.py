@@ -1,6 +1,6 @@
 """Sizing a batch shape (pure): what one task asks for, the shape's name, how many tasks a
 pilot holds and for how long, and the inner launcher resized into the pilot's launcher
-(docs/design/batching.md §3.2). The executor and the pilot bookkeeping read these; nothing here runs."""
+(docs/design/pilots.md §3.2). The executor and the pilot bookkeeping read these; nothing here runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""hpc_batch templates (docs/design/batching.md §4): ``<<name>>`` placeholders filled with values quoted for
+"""hpc_batch templates (docs/design/pilots.md §4): ``<<name>>`` placeholders filled with values quoted for
 their place in the shell script: outside quotes a POSIX single-quoted word, inside double quotes
 with ``\\ " $ ` `` escaped, inside single quotes by closing and reopening them.
 

@@ -1,5 +1,5 @@
 """``launchers batch serve|status|cancel``: the pilot manager as a daemon, the hpc_batch
-compatibility mode, and a view of a queue directory (docs/design/batching.md §3.2, §3.6, §4)."""
+compatibility mode, and a view of a queue directory (docs/design/pilots.md §3.2, §3.6, §4)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``launchers clean RUN...``: remove finished UNICORE jobs (and their working directories) at the site.
 
-UNICORE keeps every job and its working directory until it is destroyed (docs/design/remote-sites.md
+UNICORE keeps every job and its working directory until it is destroyed (docs/design/sites.md
 §3.2); other launcher kinds have nothing to remove at a site, so they get a message and no
 action. Local records are kept (``launchers status`` still shows them, marked as cleaned).
 """

@@ -1,4 +1,4 @@
-"""``launchers run PROJECT_DIR``: run an MLproject entry point on a remote site (docs/design/remote-sites.md §3.4).
+"""``launchers run PROJECT_DIR``: run an MLproject entry point on a remote site (docs/design/sites.md §3.4).
 
 Parsing, checks and ``--dry-run`` live here and in ``launchers.remote.plan``; the submission
 itself is ``launchers.remote.submit.run_project(plan, follow=..., cancel_on_interrupt=...)``.

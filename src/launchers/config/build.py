@@ -1,4 +1,4 @@
-"""Build the ``launchers.yaml`` model from checked sections (docs/design/finder.md §4, §7).
+"""Build the ``launchers.yaml`` model from checked sections (docs/design/matching.md §4, §7).
 
 ``load_text`` reads one text (and the texts of its sidecars) with the key tables, converts every
 section into frozen model values and runs the cross-key checks; every problem of the file is

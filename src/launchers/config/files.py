@@ -1,4 +1,4 @@
-"""Find, read and cache ``launchers.yaml`` and its sidecars (docs/design/finder.md §4, §7).
+"""Find, read and cache ``launchers.yaml`` and its sidecars (docs/design/matching.md §4, §7).
 
 ``load_config(config=None)`` looks for the file (argument, ``$LAUNCHERS_CONFIG``,
 ``~/.config/launchers/launchers.yaml``, ``~/.config/experimaestro/launchers.yaml``), reads

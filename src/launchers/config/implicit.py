@@ -1,5 +1,5 @@
 """The implicit local launcher: this machine's cores, memory and GPUs, used when no
-``launchers.yaml`` exists (docs/design/finder.md §4). Reading the machine is I/O; parsing is pure.
+``launchers.yaml`` exists (docs/design/matching.md §4). Reading the machine is I/O; parsing is pure.
 
 Linux: ``/proc/meminfo`` and ``nvidia-smi``. macOS: ``sysctl hw.memsize``, and on Apple
 silicon one Apple GPU (``kind: mps``) whose memory is the machine's (unified memory).

@@ -16,7 +16,7 @@ KINDS = (
     "int",  # an integer (not a boolean), at least ``minimum`` when set
     "bool",
     "str",
-    "size",  # "16G": bytes (docs/design/finder.md §1 units)
+    "size",  # "16G": bytes (docs/design/matching.md §1 units)
     "duration",  # "4 days": seconds
     "seconds",  # a timing setting: a duration ("30s", "2m") or a bare number of seconds
     "ratio",  # a number in [0, 1], kept exact

@@ -1,4 +1,4 @@
-"""Find, read, validate and cache ``launchers.yaml`` (docs/design/finder.md §4, §7).
+"""Find, read, validate and cache ``launchers.yaml`` (docs/design/matching.md §4, §7).
 
 ``load_config(config=None)`` looks for the file (argument, ``$LAUNCHERS_CONFIG``,
 ``~/.config/launchers/launchers.yaml``, ``~/.config/experimaestro/launchers.yaml``), reads

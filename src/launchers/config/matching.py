@@ -141,7 +141,7 @@ class MatchingBuilder:
     def regex_features(
         self, n: Sec, regexes: tuple[re.Pattern[str], ...], seen: dict[str, str | None]
     ) -> None:
-        """docs/design/finder.md §4: the values ``features_regex`` reads from a node group's features
+        """docs/design/matching.md §4: the values ``features_regex`` reads from a node group's features
         (``cuda_count``, ``cuda_memory``) are checked at load, as the finder converts them
         (``model.regex_gpu``), each problem at the feature (``...nodes[0].features[1]``)."""
         for i, feature in enumerate(n.get("features", ())):

@@ -58,7 +58,7 @@ _WHOLE = re.compile(r"\s*([0-9]+)\s*\Z")
 
 
 def regex_gpu(found: Mapping[str, str | None]) -> GPUConfig:
-    """The GPU layer one ``features_regex`` match sets (docs/design/finder.md §4, §7) from its named groups:
+    """The GPU layer one ``features_regex`` match sets (docs/design/matching.md §4, §7) from its named groups:
     ``cuda_count`` a whole number, ``cuda_memory`` a size with its unit. A group that did not
     take part in the match sets nothing. ``ValueError`` (with the reason) for a captured text
     that is not such a value; the loader reports it at load, with the feature's position."""
@@ -142,7 +142,7 @@ class QoS:
 
 @attrs.frozen
 class BatchOptions:
-    """The ``batch:`` mapping of a group (docs/design/batching.md §3.1); durations in seconds."""
+    """The ``batch:`` mapping of a group (docs/design/pilots.md §3.1); durations in seconds."""
 
     slots: int | None = None  # None = auto
     linger: int = 120

@@ -472,7 +472,7 @@ _METHODS = {kind: f"_v_{kind}" for kind in KINDS}
 
 
 def _is_zero(raw: object) -> bool:
-    """A bare 0 means "none" in every unit (docs/design/finder.md §4: an explicit 0 does override)."""
+    """A bare 0 means "none" in every unit (docs/design/matching.md §4: an explicit 0 does override)."""
     return (type(raw) is int and raw == 0) or (isinstance(raw, str) and raw.strip() == "0")
 
 

@@ -29,7 +29,7 @@ def _describe(group: Group) -> str:
 
 
 def slurm_options(group: SlurmGroup, alt: HostRequirement, sel: Selection) -> Any:
-    """The sbatch options of a selection (docs/design/finder.md §5 "Output options")."""
+    """The sbatch options of a selection (docs/design/matching.md §5 "Output options")."""
     return _options(group, alt, sel.best, sel.cores, sel.merge)
 
 
@@ -199,7 +199,7 @@ def _launcher_class(group: SlurmGroup) -> Any:
 
 
 def _batched(group: Group, launcher: Launcher) -> Launcher:
-    """Wrap in a ``BatchLauncher`` when the group has a ``batch:`` mapping (docs/design/batching.md §3.1)."""
+    """Wrap in a ``BatchLauncher`` when the group has a ``batch:`` mapping (docs/design/pilots.md §3.1)."""
     if group.batch is None:
         return launcher
     options = attrs.asdict(group.batch)

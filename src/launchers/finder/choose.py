@@ -1,7 +1,7 @@
 """Choosing inside one Slurm-like group: matching candidates, the best, merging, soundness.
 
 Pure: takes a ``GroupIndex`` and one alternative, returns a ``Selection`` (or ``None``) and,
-when asked, explanation lines. docs/design/finder.md §5 and §7.
+when asked, explanation lines. docs/design/matching.md §5 and §7.
 
 Merging and soundness depend on the alternative only through which distinct hosts match, so
 their result is remembered per group index and match pattern: a search on a 10,000-node

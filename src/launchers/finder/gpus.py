@@ -1,4 +1,4 @@
-"""GPU slots and the assignment of GPU requests to them (docs/design/finder.md §3): pure, used by the
+"""GPU slots and the assignment of GPU requests to them (docs/design/matching.md §3): pure, used by the
 matcher of single hosts (``finder.match``) and by the compiled matchers of ``finder.hosts``."""
 
 from __future__ import annotations

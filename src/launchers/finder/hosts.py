@@ -2,7 +2,7 @@
 
 A ``Host`` is the flat, fully layered view the matcher needs. A Slurm-like group becomes a
 ``GroupIndex``: every enabled partition x node group x QoS x account, in candidate order
-(docs/design/finder.md §5, §7). Indexes are built once per group object (config values are immutable).
+(docs/design/matching.md §5, §7). Indexes are built once per group object (config values are immutable).
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def node_groups_of(partition: Partition) -> tuple[NodeGroup, ...]:
 
 
 def layered(group: SlurmGroup, partition: Partition, ng: NodeGroup) -> ResourceConfig:
-    """docs/design/finder.md §7 layering: group, partition, node group, each feature, then features_regex."""
+    """docs/design/matching.md §7 layering: group, partition, node group, each feature, then features_regex."""
     cfg = group.configuration.merged(partition.configuration).merged(ng.configuration)
     for feature in ng.features:
         extra = group.features.get(feature)

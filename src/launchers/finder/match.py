@@ -1,4 +1,4 @@
-"""Pure matching of one alternative against one host (docs/design/finder.md §3).
+"""Pure matching of one alternative against one host (docs/design/matching.md §3).
 
 ``problems`` returns why a host cannot run an alternative (empty when it can) and the number
 of cores the job must ask for there (more than requested with ``cpu_per_gpu`` or when memory

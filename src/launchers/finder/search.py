@@ -1,5 +1,5 @@
 """``find_launcher``: for each alternative in order, for each group by weight, the first group
-that can run it gives the launcher (docs/design/finder.md §5)."""
+that can run it gives the launcher (docs/design/matching.md §5)."""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ class Job:
 
     @property
     def pilot(self) -> str | None:
-        """Batched jobs: the native id of the pilot whose runner claimed the task (docs/design/batching.md §3.1)."""
+        """Batched jobs: the native id of the pilot whose runner claimed the task (docs/design/pilots.md §3.1)."""
         value = self._record.extra.get("pilot")
         return None if value is None else str(value)
 

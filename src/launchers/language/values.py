@@ -56,7 +56,7 @@ class GPURequest:
 
 
 class Items(tuple):
-    """An immutable sequence that also equals a list of the same items: docs/design/finder.md §2 calls
+    """An immutable sequence that also equals a list of the same items: docs/design/matching.md §2 calls
     ``.cuda_gpus`` and ``.requirements`` lists, so ``alt.cuda_gpus == []`` must hold."""
 
     __slots__ = ()
@@ -214,7 +214,7 @@ def gpus_only(value: Requirement) -> bool:
 
 
 def _check_repeat(value: Requirement, count: int) -> None:
-    """Python's ``value * count`` follows the rules of the string ``*N`` (docs/design/finder.md §1, §2):
+    """Python's ``value * count`` follows the rules of the string ``*N`` (docs/design/matching.md §1, §2):
     ``N >= 1``, and only GPUs can be repeated (``cpu()*2`` would silently mean nothing)."""
     if count >= 1 and gpus_only(value):
         return

@@ -1,4 +1,4 @@
-"""Remote sites: UNICORE and firecREST (docs/design/remote-sites.md), and the Compute Backend Config."""
+"""Remote sites: UNICORE and firecREST (docs/design/sites.md), and the Compute Backend Config."""
 
 from __future__ import annotations
 

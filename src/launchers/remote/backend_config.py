@@ -1,4 +1,4 @@
-"""The Compute Backend Config (Mantik's format, docs/design/remote-sites.md §1): load, check, resolve the site.
+"""The Compute Backend Config (Mantik's format, docs/design/sites.md §1): load, check, resolve the site.
 
 ``load_backend_config(path)`` reads YAML or JSON (by suffix), reports every problem with its
 position, and returns a ``BackendConfig`` value. The site comes from ``UnicoreApiUrl``,
@@ -157,7 +157,7 @@ def _read(path: Path) -> Any:
 
 
 def _load_with_key_paths(text: str, file: str) -> Any:
-    """``load_located``, with the key path added to a duplicate-key error (docs/design/remote-sites.md §1.4's line format)."""
+    """``load_located``, with the key path added to a duplicate-key error (docs/design/sites.md §1.4's line format)."""
     try:
         return load_located(text, file)
     except ConfigurationError as e:
@@ -483,7 +483,7 @@ def to_launcher(cfg: BackendConfig) -> Any:
         constraint=r.node_constraints,
     )
     # ``options`` describe the job (``launcher.options``, batching's slots); what is sent is
-    # ``Resources`` as written: TotalCPUs, Reservation, Runtime in seconds (docs/design/remote-sites.md §1.2)
+    # ``Resources`` as written: TotalCPUs, Reservation, Runtime in seconds (docs/design/sites.md §1.2)
     label = cfg.group or cfg.path.stem
     env = cfg.environment_data
     if isinstance(cfg.site, UnicoreSite):
@@ -494,5 +494,5 @@ def to_launcher(cfg: BackendConfig) -> Any:
 
 
 def from_backend_config(path: str | os.PathLike[str], account: str | None = None) -> Any:
-    """A launcher of its own for a standalone Compute Backend Config (docs/design/remote-sites.md §2)."""
+    """A launcher of its own for a standalone Compute Backend Config (docs/design/sites.md §2)."""
     return to_launcher(load_backend_config(path, account=account))

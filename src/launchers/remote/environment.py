@@ -1,5 +1,5 @@
 """The ``Environment`` block of a Compute Backend Config or of a unicore/firecrest group
-(docs/design/remote-sites.md §1.1).
+(docs/design/sites.md §1.1).
 
 ``validate_environment`` checks the structure (types, names, combinations) and returns an
 ``Environment`` value; checks that need the project directory (a local image or a relative
@@ -312,7 +312,7 @@ def validate_environment(
     site_kind: str | None = None,
     problems: Problems | None = None,
 ) -> Environment:
-    """Check an ``Environment`` mapping (docs/design/remote-sites.md §1.1) and return its value.
+    """Check an ``Environment`` mapping (docs/design/sites.md §1.1) and return its value.
 
     ``site_kind`` (``unicore``/``firecrest``/``ssh``; inferred from a ``firecrest...`` key
     prefix) refuses login-node commands for firecREST and SSH sites. Raises one ``ConfigurationError`` listing every

@@ -1,4 +1,4 @@
-"""``Exclude`` patterns of a Compute Backend Config (docs/design/remote-sites.md §1.3) and the upload walk.
+"""``Exclude`` patterns of a Compute Backend Config (docs/design/sites.md §1.3) and the upload walk.
 
 Patterns are gitignore-like and matched against POSIX paths relative to the project directory.
 Pure matching (``ExcludeRules``) is separate from the directory walk (``collect_uploads``).
@@ -80,7 +80,7 @@ class ExcludePattern:
 
 
 def compile_pattern(text: str, index: int = 0) -> ExcludePattern:
-    """Compile one pattern by rules 1-5 of docs/design/remote-sites.md §1.3; an empty pattern is an error."""
+    """Compile one pattern by rules 1-5 of docs/design/sites.md §1.3; an empty pattern is an error."""
     if not isinstance(text, str):
         raise PatternError(f"a pattern must be a string, not {type(text).__name__}")
     body = text

@@ -1,4 +1,4 @@
-"""MLproject entry points (docs/design/remote-sites.md §3.4): load, take ``-P`` values, build the command.
+"""MLproject entry points (docs/design/sites.md §3.4): load, take ``-P`` values, build the command.
 
 The file is read as MLflow reads it: found whatever the case of its name, any parameter type
 word, keys MLflow does not use ignored with a warning, a key written twice keeping its last
@@ -519,7 +519,7 @@ def value_notes(entry: EntryPoint, given: Mapping[str, str]) -> list[str]:
 def build_command(
     entry: EntryPoint, given: Mapping[str, str], uploaded: frozenset[str] | None = None
 ) -> str:
-    """The shell command of ``entry`` for the ``-P`` values ``given`` (MLflow's rules, docs/design/remote-sites.md §3.4)."""
+    """The shell command of ``entry`` for the ``-P`` values ``given`` (MLflow's rules, docs/design/sites.md §3.4)."""
     values = resolve_values(entry, given, uploaded)
     quoted = {k: shlex.quote(v) for k, v in values.items()}
     command = entry.command.format(**quoted)

@@ -1,4 +1,4 @@
-"""A planned ``launchers run`` (docs/design/remote-sites.md §3.4): everything decided before any I/O to a site.
+"""A planned ``launchers run`` (docs/design/sites.md §3.4): everything decided before any I/O to a site.
 
 ``plan_run`` reads the project, the Compute Backend Config (or asks the finder), checks every
 input, and returns a ``RunPlan``: uploads and exclusions, the command, the job script and the
@@ -60,7 +60,7 @@ class RunPlan:
     ``account``), ``all_uploads`` (each ``Upload.local`` sent as ``Upload.relpath``),
     ``script(run_dir)`` (``job.sh``), ``description()`` (UNICORE), ``run_id`` (the run
     directory's name), ``job_dir`` and ``task`` (the local job record), ``launcher`` (with
-    ``-r``). ``standalone`` says whether Mantik's credential variables apply (docs/design/remote-sites.md §2).
+    ``-r``). ``standalone`` says whether Mantik's credential variables apply (docs/design/sites.md §2).
     """
 
     project: MLProject
@@ -100,7 +100,7 @@ class RunPlan:
 
     @property
     def job_dir(self) -> Path:
-        """The local job directory (``docs/design/runtime.md`` docs/design/remote-sites.md §2)."""
+        """The local job directory (``docs/design/runtime.md`` docs/design/sites.md §2)."""
         return self.workdir / "jobs" / self.task.name / self.task.digest
 
     @property
@@ -146,7 +146,7 @@ class RunPlan:
         )
 
     def description(self) -> dict[str, Any]:
-        """UNICORE's job description (docs/design/remote-sites.md §3.2): a ``raw`` job with :meth:`bss_file`."""
+        """UNICORE's job description (docs/design/sites.md §3.2): a ``raw`` job with :meth:`bss_file`."""
         if self.kind != "unicore":
             raise LaunchersError("only a UNICORE run has a job description")
         return unicore_description(

@@ -1,5 +1,5 @@
 """The ``Resources`` block of a Compute Backend Config
-(docs/design/remote-sites.md §1.2): checked types, exact units.
+(docs/design/sites.md §1.2): checked types, exact units.
 
 Also the two renderings of it: UNICORE's ``Resources`` object and firecREST's sbatch options,
 and the reverse direction for a finder match (a Slurm-like launcher's options).
@@ -68,7 +68,7 @@ class Resources:
 
     def unicore(self, gpu_resource_name: str = "GPUsPerNode") -> dict[str, Any]:
         """These values as UNICORE's ``Resources`` object, keys that are set only. Not sent: a
-        stock site maps them wrongly, so runs are raw jobs with #SBATCH lines (docs/design/remote-sites.md)."""
+        stock site maps them wrongly, so runs are raw jobs with #SBATCH lines (docs/design/sites.md)."""
         out: dict[str, Any] = {}
         if self.queue is not None:
             out["Queue"] = self.queue
@@ -159,7 +159,7 @@ def validate_resources(
     require_queue: bool = True,
     problems: Problems | None = None,
 ) -> Resources:
-    """Check a ``Resources`` mapping (docs/design/remote-sites.md §1.2) and return its value; all problems at once."""
+    """Check a ``Resources`` mapping (docs/design/sites.md §1.2) and return its value; all problems at once."""
     own = problems is None
     probs = problems if problems is not None else Problems(file)
     if not isinstance(located_value, Mapping):

@@ -1,4 +1,4 @@
-"""What a remote run sends (docs/design/remote-sites.md §3.1-§3.2): ``job.sh``, UNICORE's job description and
+"""What a remote run sends (docs/design/sites.md §3.1-§3.2): ``job.sh``, UNICORE's job description and
 its ``BSS file``.
 
 Pure renderers: values in, text or JSON-ready dicts out. The script runs each step of the
@@ -108,7 +108,7 @@ class JobScriptSpec:
 def sbatch_pairs(
     resources: Resources, account: str | None, gpu_option: str = "gpus-per-node"
 ) -> tuple[tuple[str, str | bool], ...]:
-    """firecREST ``#SBATCH`` options from a Compute Backend Config's ``Resources`` (docs/design/remote-sites.md §1.2)."""
+    """firecREST ``#SBATCH`` options from a Compute Backend Config's ``Resources`` (docs/design/sites.md §1.2)."""
     pairs: list[tuple[str, str | bool]] = list(resources.sbatch_options(gpu_option))
     if account:
         pairs.append(("account", account))
@@ -222,7 +222,7 @@ trap 'launchers_signal=2; launchers_rc=130; exit 130' INT"""
 
 
 def render_job_script(spec: JobScriptSpec) -> str:
-    """``job.sh`` for a UNICORE or firecREST run: steps (1) to (7) of docs/design/remote-sites.md §3.1.
+    """``job.sh`` for a UNICORE or firecREST run: steps (1) to (7) of docs/design/sites.md §3.1.
 
     ``transport="ssh"``: the script an SSH site's Slurm job script runs (``bash -l``): no
     ``#SBATCH`` lines and no ``job.rc`` (the Slurm job script has both). With ``block`` (the
@@ -392,9 +392,9 @@ def unicore_description(
     environment: Environment,
     task_id: str | None = None,
 ) -> dict[str, Any]:
-    """UNICORE's job description (docs/design/remote-sites.md §3.2): a ``raw`` job whose resources are the ``#SBATCH``
+    """UNICORE's job description (docs/design/sites.md §3.2): a ``raw`` job whose resources are the ``#SBATCH``
     lines of :data:`UNICORE_BSS_FILE` (a stock site maps ``Resources`` wrongly, see
-    docs/design/remote-sites.md), with only the keys that are set."""
+    docs/design/sites.md), with only the keys that are set."""
     desc: dict[str, Any] = {
         "Name": job_name(name),
         "Executable": UNICORE_EXECUTABLE,

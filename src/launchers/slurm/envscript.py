@@ -258,7 +258,7 @@ def render_wrapper(
     env: Environment, *, job_dir: str, cwd: str, gpus: int = 0, callable_task: bool = False
 ) -> str:
     """A ``bash -c`` script running its arguments (``"$@"``) in ``env``: what a batch pilot
-    runs for each task (docs/design/batching.md), since the pilot's runner itself runs outside
+    runs for each task (docs/design/pilots.md), since the pilot's runner itself runs outside
     the task's environment. Its exit code is the command's; a failing step exits with its own."""
     lines = render_environment(
         env, job_dir=job_dir, cwd=cwd, gpus=gpus, callable_task=callable_task, slurm=True

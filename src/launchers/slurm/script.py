@@ -215,7 +215,7 @@ def time_limit(directives: Sequence[str], options: Sequence[tuple[str, str | boo
 def resume_grace(spec: ScriptSpec, options: Sequence[tuple[str, str | bool]]) -> int:
     """Seconds of warning before the limit: ``resume_grace``, at most a quarter of ``--time``
     for a task that will be requeued; as asked for one that will not (``max_requeues`` 0: a
-    batch pilot's ``drain_margin``, docs/design/batching.md §3.5)."""
+    batch pilot's ``drain_margin``, docs/design/pilots.md §3.5)."""
     grace = max(1, int(spec.resume_grace))
     limit = time_limit(spec.directives, options)
     if limit and spec.max_requeues > 0:

@@ -1,4 +1,4 @@
-"""BatchLauncher over UNICORE and firecREST (docs/design/batching.md §3.3): the queue lives at the site (a
+"""BatchLauncher over UNICORE and firecREST (docs/design/pilots.md §3.3): the queue lives at the site (a
 UNICORE storage, a firecREST file system), entries are written in place, the pilot is an
 ordinary job of the inner launcher, outputs come back into the local job directories.
 

@@ -1,5 +1,5 @@
 """``launchers status`` and ``launchers clean`` (the commands printed by ``launchers run`` on Ctrl-C,
-docs/design/remote-sites.md §3.2, §3.4): records read from disk, one refresh through the executor, and
+docs/design/sites.md §3.2, §3.4): records read from disk, one refresh through the executor, and
 UNICORE jobs destroyed at the loopback site on the real Slurm."""
 
 from __future__ import annotations

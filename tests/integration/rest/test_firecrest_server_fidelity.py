@@ -1,5 +1,5 @@
-"""The loopback firecREST v2 server against the real pyfirecrest client (docs/design/remote-sites.md §4.2),
-and staged uploads of files above ``max_ops_file_size`` (docs/design/remote-sites.md §3.3).
+"""The loopback firecREST v2 server against the real pyfirecrest client (docs/design/sites.md §4.2),
+and staged uploads of files above ``max_ops_file_size`` (docs/design/sites.md §3.3).
 
 Shapes follow firecREST v2 (``ops/tail`` answers ``{content, contentType, startPosition,
 endPosition}``; ``ops/ls`` entries are parsed ``ls -l`` lines; ``ops/download`` is limited to
@@ -334,7 +334,7 @@ def test_transfer_upload_without_backend_or_other_method(
         "transfer_directives": {"file_size": 10, "transfer_method": "s3"},
     }
     resp = fc._post_request(endpoint="/filesystem/cluster/transfer/upload", json_data=body)
-    # no data_transfer: firecREST fails (docs/design/remote-sites.md §5)
+    # no data_transfer: firecREST fails (docs/design/sites.md §5)
     assert resp.status_code == 500
     server.data_transfer = {"service_type": "streamer"}
     resp = fc._post_request(endpoint="/filesystem/cluster/transfer/upload", json_data=body)
@@ -345,7 +345,7 @@ def test_transfer_upload_without_backend_or_other_method(
     assert server.jobs == {}
 
 
-# -- staged uploads: the launcher (docs/design/remote-sites.md §3.3) ---------------------------------------------
+# -- staged uploads: the launcher (docs/design/sites.md §3.3) ---------------------------------------------
 
 
 def backend(tmp_path: Path, server: FirecrestServer) -> Path:

@@ -1,6 +1,6 @@
 """``launchers run`` on UNICORE and firecREST: each attempt is its own job at the site (a crash
 recovery never adopts an earlier attempt's job), and ``launchers logs --follow`` of a detached
-run follows it through the site until it ends (docs/design/remote-sites.md §3.4).
+run follows it through the site until it ends (docs/design/sites.md §3.4).
 """
 
 from __future__ import annotations

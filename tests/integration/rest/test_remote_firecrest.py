@@ -1,9 +1,9 @@
 """firecREST v2 executor and ``launchers run`` against the loopback server on the real Slurm
-(docs/design/remote-sites.md §3.3, §4.2, §5), with the real pyfirecrest client.
+(docs/design/sites.md §3.3, §4.2, §5), with the real pyfirecrest client.
 
-Where the client and docs/design/remote-sites.md §4.2 differ, the client wins and the server follows it: pyfirecrest 3.10
+Where the client and docs/design/sites.md §4.2 differ, the client wins and the server follows it: pyfirecrest 3.10
 sends ``allusers=false`` on every jobs query and ``dereference=false`` on ``ops/stat`` (not in
-docs/design/remote-sites.md §4.2's table; the server accepts and ignores them), and its ``view()`` has no ``offset``/``size``
+docs/design/sites.md §4.2's table; the server accepts and ignores them), and its ``view()`` has no ``offset``/``size``
 (the executor sends that request itself through the client's session and token).
 """
 

@@ -1,4 +1,4 @@
-"""firecREST v1 (``api_version: 1``, docs/design/remote-sites.md §3.3, §4.3) against the loopback v1 server on
+"""firecREST v1 (``api_version: 1``, docs/design/sites.md §3.3, §4.3) against the loopback v1 server on
 the real Slurm, driven by the real ``firecrest.v1.Firecrest``: uploads through ``/utilities``,
 submission as a task, status from ``/compute/acct``, outputs from ``/utilities/view``, cancel."""
 

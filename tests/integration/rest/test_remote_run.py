@@ -1,4 +1,4 @@
-"""``launchers run`` end to end (docs/design/remote-sites.md §3.4): ``-r`` choosing among groups of any
+"""``launchers run`` end to end (docs/design/sites.md §3.4): ``-r`` choosing among groups of any
 kind, ``--no-follow``, and Ctrl-C (detach, or cancel with ``--cancel-on-interrupt``)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """UNICORE executor and ``launchers run`` against the loopback UNICORE server on the real Slurm
-(docs/design/remote-sites.md §3.2, §4.1), with the real pyunicore client.
+(docs/design/sites.md §3.2, §4.1), with the real pyunicore client.
 
 Client facts the server follows: pyunicore 2.0 sends ``Accept``/``Content-Type:
 application/json`` on every request (``Accept: application/octet-stream`` for downloads and
@@ -127,7 +127,7 @@ def test_login_node_commands_run_around_the_job(
     capfdbinary: pytest.CaptureFixture[bytes],
     fail: bool,
 ) -> None:
-    """docs/design/remote-sites.md §3.1: login-node commands go to ``User precommand``/``User postcommand`` with
+    """docs/design/sites.md §3.1: login-node commands go to ``User precommand``/``User postcommand`` with
     ``RunUser...OnLoginNode``; the loopback site runs them as UNICORE does (in the working
     directory, the precommand before the batch job, the postcommand after a successful one), and a
     failing one fails the job."""
@@ -356,7 +356,7 @@ def test_reconcile_after_a_crash_adopts_the_tagged_job(
 
 
 def test_server_life_ends_with_stagingout(unicore_server: UnicoreServer) -> None:
-    """The loopback site follows UNICORE's life (docs/design/remote-sites.md §4.1): ... -> RUNNING ->
+    """The loopback site follows UNICORE's life (docs/design/sites.md §4.1): ... -> RUNNING ->
     STAGINGOUT -> SUCCESSFUL, seen by the real pyunicore client polling fast."""
     from pyunicore.client import Client, Transport
     from pyunicore.credentials import UsernamePassword
