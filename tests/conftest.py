@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from hypothesis import settings
@@ -44,9 +44,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def _unavailable(reason: str) -> None:
+def unavailable(reason: str) -> NoReturn:
+    """A component a test needs cannot be had: the test fails under CI (``CI=true``), where
+    every component must be there; elsewhere (a developer's laptop) it is skipped. The one
+    place where the suite may skip."""
     if IN_CI:
-        pytest.fail(f"required service unavailable under CI: {reason}", pytrace=False)
+        pytest.fail(f"required component unavailable under CI: {reason}", pytrace=False)
     pytest.skip(reason)
 
 
@@ -68,7 +71,7 @@ def start_cluster(cluster_dir: str, **knobs: str) -> dict[str, str]:
         ).stdout
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as e:
         err = getattr(e, "stderr", "") or ""
-        _unavailable(f"could not start the Slurm sandbox in {cluster_dir}: {e}\n{err[-2000:]}")
+        unavailable(f"could not start the Slurm sandbox in {cluster_dir}: {e}\n{err[-2000:]}")
         raise
     return dict(
         line[len("export ") :].split("=", 1)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import _unavailable
+from conftest import unavailable
 from launchers.jobs.record import StateRecord, epoch_iso, write_record
 from launchers.jobs.state import JobState
 
@@ -102,13 +102,13 @@ def browser() -> Iterator[Any]:
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         done = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
-            _unavailable(f"chromium and chromium-driver are not installed: {done.stderr[-1000:]}")
+            unavailable(f"chromium and chromium-driver are not installed: {done.stderr[-1000:]}")
     try:
         from selenium import webdriver
         from selenium.common.exceptions import WebDriverException
         from selenium.webdriver.chrome.service import Service
     except ImportError as e:
-        _unavailable(f"selenium is not installed ({e}): pip install -e '.[test]'")
+        unavailable(f"selenium is not installed ({e}): pip install -e '.[test]'")
         raise
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
@@ -125,7 +125,7 @@ def browser() -> Iterator[Any]:
     try:
         driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     except (WebDriverException, OSError) as e:  # OSError: a driver that cannot be run
-        _unavailable(f"cannot start headless Chromium: {getattr(e, 'msg', None) or e}")
+        unavailable(f"cannot start headless Chromium: {getattr(e, 'msg', None) or e}")
         raise
     driver.set_page_load_timeout(30)
     try:

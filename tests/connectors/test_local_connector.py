@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import unavailable
 from file_store_checks import check_file_store
 from launchers.connectors import local
 from launchers.connectors.local import LocalConnector
@@ -26,9 +27,7 @@ def connector(
 ) -> Iterator[LocalConnector]:
     """Both ways of following a command give the same results."""
     if request.param == "pidfd" and not local._PIDFD:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("this kernel gives no pidfds", pytrace=False)
-        pytest.skip("this kernel gives no pidfds")
+        unavailable("this kernel gives no pidfds")
     monkeypatch.setattr(local, "_PIDFD", request.param == "pidfd")
     yield LocalConnector()
 
@@ -111,9 +110,7 @@ def test_stdin_input(connector: LocalConnector) -> None:
 
 def test_cancelled_command_is_killed_and_reaped(tmp_path: Path) -> None:
     if not local._PIDFD:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("this kernel gives no pidfds", pytrace=False)
-        pytest.skip("this kernel gives no pidfds")
+        unavailable("this kernel gives no pidfds")
     pidfile = tmp_path / "pid"
 
     async def cancel_it() -> None:
@@ -184,9 +181,7 @@ def test_blocking_passes_results_and_errors() -> None:
 
 def test_no_pidfd_for_one_command_falls_back_to_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     if not local._PIDFD:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("this kernel gives no pidfds", pytrace=False)
-        pytest.skip("this kernel gives no pidfds")
+        unavailable("this kernel gives no pidfds")
 
     def refuse(pid: int, flags: int = 0) -> int:
         raise OSError(24, "Too many open files")

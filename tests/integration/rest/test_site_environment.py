@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import env_standins
-from conftest import _unavailable
+from conftest import unavailable
 from launchers import ExperimentFailed, command, experiment
 from launchers.config.environment import Environment
 from launchers.config.model import (
@@ -50,7 +50,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ["bash", str(TESTS / "cluster" / "lmod.sh")], capture_output=True, text=True, timeout=600
     )
     if done.returncode != 0:
-        _unavailable(f"Lmod could not be installed: {done.stderr[-2000:]}")
+        unavailable(f"Lmod could not be installed: {done.stderr[-2000:]}")
     root = tmp_path_factory.mktemp("siteenv")
     tools = root / "tools"
     tools.mkdir()

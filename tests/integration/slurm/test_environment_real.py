@@ -19,7 +19,7 @@ import pytest
 
 import env_standins
 import env_tasks
-from conftest import _unavailable
+from conftest import unavailable
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
 from launchers.config.loader import load_config
 from launchers.config.model import LocalGroup
@@ -44,7 +44,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ["bash", str(TESTS / "cluster" / "lmod.sh")], capture_output=True, text=True, timeout=600
     )
     if done.returncode != 0:
-        _unavailable(f"Lmod could not be installed: {done.stderr[-2000:]}")
+        unavailable(f"Lmod could not be installed: {done.stderr[-2000:]}")
     root = tmp_path_factory.mktemp("envworld")
     tools = root / "tools"
     tools.mkdir()

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import unavailable
 from file_store_checks import check_file_store
 from launchers.config.model import LaunchersConfig, SSHConnectorConfig
 from launchers.connectors import registry
@@ -632,9 +633,7 @@ def own_sshd(
     sandbox: dict[str, str], tmp_path: Path
 ) -> Iterator[tuple[OwnSSHD, SSHConnectorConfig]]:
     if not shutil.which("/usr/sbin/sshd"):
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("no sshd (/usr/sbin/sshd)", pytrace=False)
-        pytest.skip("no sshd")
+        unavailable("no sshd (/usr/sbin/sshd)")
     server = OwnSSHD(sandbox["CLUSTER_DIR"], tmp_path)
     kh = tmp_path / "known_hosts"
     kh.write_text(f"[127.0.0.1]:{OWN_SSHD_PORT} {host_key_line(sandbox)}\n")
