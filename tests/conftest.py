@@ -301,3 +301,13 @@ def slurm_tuning(monkeypatch: pytest.MonkeyPatch) -> Any:
         return value
 
     return tune
+
+
+@pytest.fixture
+def fast_fakes(fresh_runtime: Any, slurm_tuning: Any) -> Iterator[Any]:
+    """A fresh runtime whose Slurm executors poll fast (``fakes.FAST_POLLING``): tests on
+    ``FakeSlurm`` and ``FakeClock``, where only the virtual time of the decisions matters."""
+    from fakes import FAST_POLLING
+
+    slurm_tuning(**FAST_POLLING)
+    yield fresh_runtime

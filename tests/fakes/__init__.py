@@ -5,6 +5,14 @@ its ``FakeSSH`` connector). ``tests/integration/slurm/test_fake_slurm_fidelity.p
 against the real cluster and sshd."""
 
 from .clock import FakeClock
-from .slurm import FakeJob, FakeSlurm, FakeSSH, fake_executor
+from .slurm import FAST_POLLING, FakeJob, FakeSlurm, FakeSSH, fake_executor, fake_launcher
 
-__all__ = ["FakeClock", "FakeJob", "FakeSSH", "FakeSlurm", "fake_executor"]
+__all__ = [
+    "FAST_POLLING",
+    "FakeClock",
+    "FakeJob",
+    "FakeSSH",
+    "FakeSlurm",
+    "fake_executor",
+    "fake_launcher",
+]

@@ -616,6 +616,21 @@ def _attempt(directory: str, script: str) -> int:
     return int(found.group(1)) if found else 1
 
 
+#: fast real-time polling for tests on the fakes: the virtual time of the decisions moves
+#: with the fake clock (``slurm_tuning(**FAST_POLLING)``, the ``fast_fakes`` fixture)
+FAST_POLLING = {"poll_min": 0.02, "poll_max": 0.1, "fast_interval": 0.02, "retry_first": 0.01}
+
+
+def fake_launcher(id: str = "sb", **group: Any) -> Any:
+    """A Slurm launcher of group ``id`` (partition debug, five minutes) to run on a fake."""
+    from launchers.config.model import SlurmGroup
+    from launchers.slurm.launcher import SlurmLauncher
+
+    return SlurmLauncher(
+        group=SlurmGroup(id=id, **group), options={"partition": "debug", "time": "00:05:00"}
+    )
+
+
 def fake_executor(launcher: Any, fake: FakeSlurm, clock: Any = None) -> Any:
     """Make ``fake`` the cluster of ``launcher``'s executor in the current runtime (before its
     first use; ``fresh_runtime`` drops it afterwards). Returns the executor."""

@@ -13,34 +13,17 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import launchers.slurm.executor as sx
-from fakes import FakeClock, FakeSlurm, fake_executor
+from fakes import FakeClock, FakeSlurm, fake_executor, fake_launcher
 from fakes.slurm import FakeJob
-from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
-from launchers.config.model import SlurmGroup
+from launchers import ExperimentFailed, JobState, command, experiment
 from launchers.jobs.record import StateRecord, job_directory, now_iso, write_record
 from launchers.slurm import commands as C
-
-#: fast real-time polling: the virtual time of the decisions moves with the fake clock
-FAST = {"poll_min": 0.02, "poll_max": 0.1, "fast_interval": 0.02, "retry_first": 0.01}
-
-
-def make_launcher(id: str = "rm", **group: Any) -> SlurmLauncher:
-    return SlurmLauncher(
-        group=SlurmGroup(id=id, **group), options={"partition": "debug", "time": "00:05:00"}
-    )
-
-
-@pytest.fixture
-def fresh(fresh_runtime: Any, slurm_tuning: Any) -> Iterator[Any]:
-    slurm_tuning(**FAST)
-    yield fresh_runtime
 
 
 def run_script(fake: FakeSlurm, job: FakeJob) -> int:
@@ -69,7 +52,7 @@ def play(fake: FakeSlurm) -> None:
                 job.exit_code = run_script(fake, job)
 
 
-def test_every_poll_cycle_is_one_remote_command(fresh: Any, tmp_path: Path) -> None:
+def test_every_poll_cycle_is_one_remote_command(fast_fakes: Any, tmp_path: Path) -> None:
     """Through a connector, states come from the one remote command of each cycle (no sacct or
     squeue of their own), job directories live under the connector's ``workdir``, and a
     finished job's outputs are copied home (the fake of the former real
@@ -77,7 +60,7 @@ def test_every_poll_cycle_is_one_remote_command(fresh: Any, tmp_path: Path) -> N
     tests/integration/ssh/test_slurm_over_ssh.py::test_submit_poll_cancel_and_read_outputs)."""
     fake = FakeSlurm(remote=tmp_path / "remote")
     fake.on_query = play
-    L = make_launcher()
+    L = fake_launcher("rm")
     fake_executor(L, fake)
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", L):
         ok = command(["sh", "-c", "echo over ssh"]).submit()
@@ -96,7 +79,9 @@ def test_every_poll_cycle_is_one_remote_command(fresh: Any, tmp_path: Path) -> N
     assert all(clean for argv, _, clean in fake.calls if argv[0] == "sbatch")
 
 
-def test_job_rc_read_in_the_cycle_ends_a_job_slurm_still_runs(fresh: Any, tmp_path: Path) -> None:
+def test_job_rc_read_in_the_cycle_ends_a_job_slurm_still_runs(
+    fast_fakes: Any, tmp_path: Path
+) -> None:
     """A job whose script wrote ``job.rc`` while Slurm still says RUNNING: a ``job.rc`` with rc
     0 read in the cycle's one command completes it, and its outputs come home at once; a
     failed one waits for Slurm's word (then FAILED with the exit code)."""
@@ -109,7 +94,7 @@ def test_job_rc_read_in_the_cycle_ends_a_job_slurm_still_runs(fresh: Any, tmp_pa
                 job.exit_code = run_script(f, job)
 
     fake.on_query = scripts_end
-    L = make_launcher()
+    L = fake_launcher("rm")
     ex = fake_executor(L, fake)
     with pytest.raises(ExperimentFailed), experiment(tmp_path / "xp", L):
         ok = command(["sh", "-c", "echo from the rc"]).submit()
@@ -153,7 +138,9 @@ def fabricate(
     return rd
 
 
-def test_jobs_slurm_forgot_are_decided_by_the_remote_job_rc(fresh: Any, tmp_path: Path) -> None:
+def test_jobs_slurm_forgot_are_decided_by_the_remote_job_rc(
+    fast_fakes: Any, tmp_path: Path
+) -> None:
     """Jobs Slurm no longer knows, over a connector: the ``job.rc`` in their remote directory
     decides (and their outputs come home); without one, LOST once ``lost_polls`` polls span
     ``lost_after`` (600 s of virtual time: each cycle moves the fake clock a minute)."""
@@ -163,7 +150,7 @@ def test_jobs_slurm_forgot_are_decided_by_the_remote_job_rc(fresh: Any, tmp_path
     fabricate(tmp_path, remote, ["forgot-ok"], "9999001", rc=0)
     fabricate(tmp_path, remote, ["forgot-bad"], "9999002", rc=2)
     fabricate(tmp_path, remote, ["forgot-gone"], "9999003", rc=None)
-    L = make_launcher()
+    L = fake_launcher("rm")
     fake_executor(L, fake, clock)
     with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
         ok = command(["forgot-ok"]).submit()
@@ -178,7 +165,7 @@ def test_jobs_slurm_forgot_are_decided_by_the_remote_job_rc(fresh: Any, tmp_path
     assert set(fake.commands) <= {"sh", C.REMOTE_CYCLE}
 
 
-def test_ssh_outage_during_polls_changes_no_state(fresh: Any, tmp_path: Path) -> None:
+def test_ssh_outage_during_polls_changes_no_state(fast_fakes: Any, tmp_path: Path) -> None:
     """The way to the cluster is down for 30 s of virtual time while a job ends there: every
     cycle fails (no state changes, nothing fails), then the first cycle that gets through
     completes it from its ``job.rc`` and copies its outputs home. The real twin (sshd killed and
@@ -187,7 +174,7 @@ def test_ssh_outage_during_polls_changes_no_state(fresh: Any, tmp_path: Path) ->
     clock = FakeClock()
     fake = FakeSlurm(clock, tick=5.0, remote=tmp_path / "remote")
     fake.on_submit = lambda job: fake.start(job.job_id)
-    L = make_launcher()
+    L = fake_launcher("rm")
     ex = fake_executor(L, fake, clock)
     with experiment(tmp_path / "xp", L):
         job = command(["sh", "-c", "echo after the outage"]).submit()
@@ -211,12 +198,12 @@ def test_ssh_outage_during_polls_changes_no_state(fresh: Any, tmp_path: Path) ->
     assert "after the outage" in job.stdout_path.read_text()
 
 
-def test_array_elements_find_their_remote_directories(fresh: Any, tmp_path: Path) -> None:
+def test_array_elements_find_their_remote_directories(fast_fakes: Any, tmp_path: Path) -> None:
     """A job array over a connector: each element's directory is found through the remote
     index file, its ``job.rc`` is read in the cycle and its outputs come home."""
     fake = FakeSlurm(remote=tmp_path / "remote")
     fake.on_query = play
-    L = make_launcher()
+    L = fake_launcher("rm")
     fake_executor(L, fake)
     with experiment(tmp_path / "xp", L):
         elements = L.submit_array([command(["sh", "-c", f"echo e{i}"]) for i in range(3)])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,28 +18,12 @@ import pytest
 
 import launchers.slurm.executor as sx
 import launchers.slurm.files as slurm_files
-from fakes import FakeClock, FakeJob, FakeSlurm, fake_executor
-from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment
-from launchers.config.model import SlurmGroup
+from fakes import FakeClock, FakeJob, FakeSlurm, fake_executor, fake_launcher
+from launchers import ExperimentFailed, JobState, command, experiment
 from launchers.jobs.record import StateRecord, job_directory, now_iso, write_record
 
-#: fast real-time polling: the virtual time of the decisions moves with the fake clock
-FAST = {"poll_min": 0.02, "poll_max": 0.1, "fast_interval": 0.02, "retry_first": 0.01}
 
-
-def make_launcher(id: str = "sb", **group: Any) -> SlurmLauncher:
-    return SlurmLauncher(
-        group=SlurmGroup(id=id, **group), options={"partition": "debug", "time": "00:05:00"}
-    )
-
-
-@pytest.fixture
-def fresh(fresh_runtime: Any, slurm_tuning: Any) -> Iterator[Any]:
-    slurm_tuning(**FAST)
-    yield fresh_runtime
-
-
-def test_fatal_pending_reason_unrunnable(fresh: Any, tmp_path: Path) -> None:
+def test_fatal_pending_reason_unrunnable(fast_fakes: Any, tmp_path: Path) -> None:
     """A job whose dependency can never be satisfied: the reason seen twice ``fatal_confirm``
     (60 s of virtual time) apart makes it UNRUNNABLE, and it is cancelled in Slurm."""
     clock = FakeClock()
@@ -50,7 +33,7 @@ def test_fatal_pending_reason_unrunnable(fresh: Any, tmp_path: Path) -> None:
         fake.pend(job.job_id, "DependencyNeverSatisfied")
 
     fake.on_submit = never
-    L = make_launcher().config(sbatch_options={"dependency": "afterok:12345"})
+    L = fake_launcher().config(sbatch_options={"dependency": "afterok:12345"})
     fake_executor(L, fake, clock)
     with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
         job = command(["true"]).submit()
@@ -63,7 +46,7 @@ def test_fatal_pending_reason_unrunnable(fresh: Any, tmp_path: Path) -> None:
     assert "CANCELLED" in st
 
 
-def test_pending_jobs_one_query_per_cycle(fresh: Any, tmp_path: Path) -> None:
+def test_pending_jobs_one_query_per_cycle(fast_fakes: Any, tmp_path: Path) -> None:
     """Held (pending) jobs: sacct alone in every cycle while they have pended for less than
     FATAL_CONFIRM / 2 (30 s); squeue's live reasons are read only for long-pending jobs."""
     from launchers.runtime.loop import run_sync
@@ -71,7 +54,7 @@ def test_pending_jobs_one_query_per_cycle(fresh: Any, tmp_path: Path) -> None:
     clock = FakeClock()
     fake = FakeSlurm(clock)
     fake.on_submit = lambda job: fake.pend(job.job_id, "JobHeldUser")
-    L = make_launcher().config(sbatch_options={"hold": True})
+    L = fake_launcher().config(sbatch_options={"hold": True})
     fake_executor(L, fake, clock)
     with pytest.raises(ExperimentFailed), experiment(tmp_path, L) as xp:
         jobs = [command(["true", str(i)]).submit() for i in range(5)]
@@ -88,12 +71,12 @@ def test_pending_jobs_one_query_per_cycle(fresh: Any, tmp_path: Path) -> None:
         xp.cancel()
 
 
-def test_submit_limit_waits_then_submits(fresh: Any, tmp_path: Path) -> None:
+def test_submit_limit_waits_then_submits(fast_fakes: Any, tmp_path: Path) -> None:
     """A QoS allowing 2 submitted jobs per user: the others wait (WAITING), then go in."""
     qos = "lnch_submit2"
     fake = FakeSlurm(max_submit=2, qos=qos)
     fake.on_query = FakeSlurm.step_all
-    L = make_launcher().config(qos=qos)
+    L = fake_launcher().config(qos=qos)
     fake_executor(L, fake)
     with experiment(tmp_path, L):
         jobs = [command(["sh", "-c", f"sleep 1; echo {i}"]).submit() for i in range(4)]
@@ -142,7 +125,7 @@ def fabricate(workdir: Path, argv: list[str], native_id: str, *, rc: dict[str, A
     return d
 
 
-def test_purged_jobs_decided_by_job_rc(fresh: Any, tmp_path: Path) -> None:
+def test_purged_jobs_decided_by_job_rc(fast_fakes: Any, tmp_path: Path) -> None:
     """Jobs Slurm forgot: their ``job.rc`` decides; without one, LOST once ``lost_polls`` polls
     span ``lost_after`` (600 s of virtual time: each poll moves the fake clock a minute)."""
     clock = FakeClock()
@@ -150,7 +133,7 @@ def test_purged_jobs_decided_by_job_rc(fresh: Any, tmp_path: Path) -> None:
     fabricate(tmp_path, ["purged-ok"], "9999001", rc={"rc": 0, "signal": None})
     fabricate(tmp_path, ["purged-bad"], "9999002", rc={"rc": 2, "signal": None})
     fabricate(tmp_path, ["purged-gone"], "9999003", rc=None)
-    L = make_launcher()
+    L = fake_launcher()
     fake_executor(L, fake, clock)
     with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
         ok = command(["purged-ok"]).submit()
@@ -164,7 +147,7 @@ def test_purged_jobs_decided_by_job_rc(fresh: Any, tmp_path: Path) -> None:
 
 
 def test_cancel_while_staging_submits_nothing(
-    fresh: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fast_fakes: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A cancel that arrives while ``job.sh`` is still being written (slow over SSH) stops the
     submission before sbatch: no Slurm job runs that nothing follows (docs/design/runtime.md §4, §7)."""
@@ -177,7 +160,7 @@ def test_cancel_while_staging_submits_nothing(
 
     monkeypatch.setattr(slurm_files, "blocking", slow)
     fake = FakeSlurm()
-    L = make_launcher()
+    L = fake_launcher()
     fake_executor(L, fake)
     with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
         job = command(["sleep", "60"], name="stagecancel").submit()
@@ -192,7 +175,7 @@ def test_cancel_while_staging_submits_nothing(
     assert "sbatch" not in fake.commands
 
 
-def test_squeue_and_job_rc_without_accounting(fresh: Any, tmp_path: Path) -> None:
+def test_squeue_and_job_rc_without_accounting(fast_fakes: Any, tmp_path: Path) -> None:
     """sacct says "accounting storage is disabled" (docs/design/runtime.md §5): squeue and
     ``job.rc`` for the process lifetime, sacct never asked again. The real cluster without
     accounting is tests/integration/slurm/test_slurm_runtime_noacct.py."""
@@ -215,7 +198,7 @@ def test_squeue_and_job_rc_without_accounting(fresh: Any, tmp_path: Path) -> Non
                 exited.add(job.job_id)
 
     fake.on_query = play
-    L = make_launcher(id="na")
+    L = fake_launcher(id="na")
     fake_executor(L, fake)
     with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
         ok = command(["sh", "-c", "echo fine"]).submit()
@@ -235,7 +218,7 @@ def test_squeue_and_job_rc_without_accounting(fresh: Any, tmp_path: Path) -> Non
 
 
 def test_a_job_that_ends_between_job_rc_and_squeue_keeps_its_exit_code(
-    fresh: Any, tmp_path: Path
+    fast_fakes: Any, tmp_path: Path
 ) -> None:
     """Without accounting, a cycle reads ``job.rc`` first, then asks squeue. A job whose script
     exits in between shows FAILED in squeue (no exit code there) while this cycle saw no
@@ -250,14 +233,14 @@ def test_a_job_that_ends_between_job_rc_and_squeue_keeps_its_exit_code(
                 f.finish(job.job_id, 7)  # job.rc written and FAILED at once, during the query
 
     fake.on_query = play
-    L = make_launcher(id="na")
+    L = fake_launcher(id="na")
     fake_executor(L, fake)
     with pytest.raises(ExperimentFailed), experiment(tmp_path, L):
         job = command(["sh", "-c", "exit 7"]).submit()
     assert (job.state, job.exit_code, job.reason) == (JobState.FAILED, 7, "exit code 7")
 
 
-def test_slurmctld_outage_fails_nothing(fresh: Any, tmp_path: Path) -> None:
+def test_slurmctld_outage_fails_nothing(fast_fakes: Any, tmp_path: Path) -> None:
     """slurmctld down for 30 s of virtual time on a cluster without accounting: failed
     queries change nothing, jobs that end meanwhile are decided by their job.rc, and a job
     submitted during the outage is retried until sbatch answers. The real twin (own cluster,
@@ -278,7 +261,7 @@ def test_slurmctld_outage_fails_nothing(fresh: Any, tmp_path: Path) -> None:
                 exited.add(job.job_id)
 
     fake.on_query = play
-    L = make_launcher(id="na")
+    L = fake_launcher(id="na")
     fake_executor(L, fake, clock)
     with experiment(tmp_path, L):
         running = [command(["sh", "-c", f"sleep 8; echo {i}"]).submit() for i in range(2)]
