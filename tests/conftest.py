@@ -216,6 +216,23 @@ def until_released(release: pathlib.Path | str, limit: int = 120) -> str:
     )
 
 
+def one_slot_taken(sleepers: list[Any], timeout: float = 60) -> tuple[Any, Any]:
+    """Two long tasks on a batch of one slot: (the one that runs, the one queued behind it),
+    once the queued one's entry reached the queue (PENDING: it may still be WAITING or
+    SUBMITTING when the other starts). Publication order of concurrent submissions is free."""
+    from launchers import JobState
+
+    deadline = time.monotonic() + timeout
+    while all(s.state is not JobState.RUNNING for s in sleepers):
+        assert time.monotonic() < deadline, "no sleeper ran"
+        time.sleep(0.1)
+    running, queued = sleepers if sleepers[0].state is JobState.RUNNING else sleepers[::-1]
+    while queued.state in (JobState.WAITING, JobState.SUBMITTING):
+        assert time.monotonic() < deadline, queued.state
+        time.sleep(0.05)
+    return running, queued
+
+
 def cancel_in_another_process(job: Any, timeout: float) -> None:
     """``launchers cancel JOB_DIR`` run as its own process (it knows the job from its record only):
     it exits 0 once the job is CANCELLED."""

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Leftovers, cancel_in_another_process
+from conftest import Leftovers, cancel_in_another_process, one_slot_taken
 from launchers import ExperimentFailed, JobState, command, experiment, task
 from launchers.batch.executor import BatchExecutor
 from launchers.batch.rest import (
@@ -130,17 +130,7 @@ def test_one_pilot_runs_many_tasks(
         bad = command(["sh", "-c", "exit 3"], name="bad").submit()
         # long sleeps: only the cancels end them, however slow the machine
         sleepers = [command(["sleep", "300"], name=n).submit() for n in ("long", "late")]
-        deadline = time.monotonic() + 60
-        while all(s.state is not JobState.RUNNING for s in sleepers):
-            assert time.monotonic() < deadline, "no sleeper ran"
-            time.sleep(0.1)
-        # publication order of concurrent submissions is free: whichever runs holds the one slot
-        long, late = sleepers if sleepers[0].state is JobState.RUNNING else sleepers[::-1]
-        # its entry may still be on its way to the site's queue (WAITING, SUBMITTING) when the
-        # other runs
-        deadline = time.monotonic() + 60
-        while late.state in (JobState.WAITING, JobState.SUBMITTING) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        long, late = one_slot_taken(sleepers)
         assert late.state is JobState.PENDING  # one slot: the other one waits in pending/
         late.cancel()
         assert late.wait(60) is JobState.CANCELLED  # taken out of pending/ by the next cycle

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Leftovers, cancel_in_another_process
+from conftest import Leftovers, cancel_in_another_process, one_slot_taken
 from launchers import ExperimentFailed, JobState, SlurmLauncher, command, experiment, task
 from launchers.batch.executor import BatchExecutor
 from launchers.config.loader import load_config
@@ -79,17 +79,9 @@ def test_batch_over_ssh(clean: dict[str, str], tmp_path: Path) -> None:
             for i in range(3)
         ]
         bad = command(["sh", "-c", "exit 3"], name="bad").submit()
-        sleepers = [command(["sleep", "120"], name=n).submit() for n in ("long", "late")]
-        deadline = time.monotonic() + 40
-        while all(s.state is not JobState.RUNNING for s in sleepers):
-            assert time.monotonic() < deadline, "no sleeper ran"
-            time.sleep(0.1)
-        # publication order of concurrent submissions is free: whichever runs holds the one slot
-        long, late = sleepers if sleepers[0].state is JobState.RUNNING else sleepers[::-1]
-        # its entry may still be on its way to the remote queue (WAITING, SUBMITTING) when the
-        # other runs
-        while late.state in (JobState.WAITING, JobState.SUBMITTING) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # long sleeps: only the cancels end them, however slow the machine
+        sleepers = [command(["sleep", "300"], name=n).submit() for n in ("long", "late")]
+        long, late = one_slot_taken(sleepers)
         assert late.state is JobState.PENDING  # cancelled while still queued
         late.cancel()
         long.cancel()
